@@ -1,0 +1,50 @@
+"""The ``imex-webhook`` command: one console script, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from webhook import __version__
+from webhook.service import logs, settings
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from webhook.service import server
+
+    try:
+        config = settings.from_args(ns)
+    except settings.SettingsError as exc:
+        print(f"imex-webhook serve: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(config.log_format, config.log_level)
+    try:
+        return server.serve(config)
+    except Exception as exc:  # start-up failures: one clear line, not a traceback
+        if not isinstance(exc, OSError | ValueError | RuntimeError):
+            raise
+        print(f"imex-webhook serve: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="imex-webhook",
+        description="Keep every pod of a multi-node-NVLink job inside one NVLink (IMEX) domain.",
+    )
+    top.add_argument("--version", action="version", version=f"imex-webhook {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="the HTTPS scheduler extender and admission webhook",
+                           description="Serve /filter, /prioritize, /bind, /healthz, /readyz, /metrics and "
+                                       "/inspect over TLS. Without --kubeconfig/--in-cluster the cluster is "
+                                       "embedded: --cluster files, or the built-in demo topology.")
+    settings.add_arguments(serve)
+    serve.set_defaults(run=_serve)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    code: int = ns.run(ns)
+    return code

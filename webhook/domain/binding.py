@@ -1,0 +1,71 @@
+"""The /bind decision, before any I/O: is this bind a no-op, a conflict, or work to do (and which)?"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from webhook.domain import capacity, filtering, grouping, placement
+from webhook.domain.errors import DecisionError
+from webhook.domain.model import Pod, Reservation, Snapshot
+from webhook.domain.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class BindPlan:
+    already_bound: bool  # "already bound to this node" is success (the scheduler may retry a timed-out bind)
+    reservation: Reservation | None  # to store before binding (group pods), domain = the node's domain
+    attach_gpus: int  # fabric GPUs to attach before binding (the fabric seam)
+    group_name: str | None
+
+
+def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: Policy,
+         proposals: Mapping[str, Reservation], now: float, holder: str) -> BindPlan:
+    """Raise ``DecisionError`` with a reason a human can act on when the bind must not happen."""
+    if pod is None:
+        raise DecisionError("pod not found: it was deleted before it could be bound")
+    if uid and pod.uid and pod.uid != uid:
+        raise DecisionError(f"pod {pod.ref} was recreated (uid {pod.uid}, scheduler asked for {uid}); "
+                            "the scheduler retries with the new pod")
+    if pod.node_name == node_name:
+        return BindPlan(True, None, 0, None)
+    if pod.node_name:
+        raise DecisionError(f"pod {pod.ref} is already bound to node {pod.node_name}, not {node_name}")
+    node = snapshot.nodes.get(node_name)
+    resolution = grouping.resolve(pod, snapshot.catalog, policy)
+    group = resolution.group
+    if group is None:
+        return BindPlan(False, None, 0, None)
+    if resolution.problems:
+        raise DecisionError("; ".join(resolution.problems))
+    if node is None:
+        raise DecisionError(f"node {node_name} is not in imex-webhook's cache; the scheduler retries")
+    if node.domain is None:
+        raise DecisionError(f"node {node_name} has no NVLink or fabric domain label; group "
+                            f"{group.namespace}/{group.name} runs only inside one domain")
+    need = capacity.demand(pod, snapshot.catalog, policy)
+    existing = filtering.current_reservation(group, snapshot, proposals, policy, now)
+    if existing is not None and existing.version and existing.domain != node.domain:
+        raise DecisionError(f"group {group.namespace}/{group.name} is reserved in domain {existing.domain}, "
+                            f"node {node_name} is in {node.domain}; the scheduler retries inside the reservation")
+    if existing is not None:
+        reservation = existing
+    else:
+        # No choice on record (the filter ran on another replica, or long ago): record the node's domain,
+        # which the filter allowed; the store arbitrates if another replica recorded a different one.
+        seen, placed, _ = placement.members_summary(snapshot.members.get(group.id, ()))
+        reservation = Reservation(
+            group_id=group.id, group_name=group.name, namespace=group.namespace, domain=node.domain,
+            size=max(resolution.size or 0, seen, placed + 1), gpus_per_pod=need.gpus,
+            one_pod_per_node=group.one_pod_per_node, created_at=now, holder=holder,
+        )
+    if reservation.domain != node.domain:
+        reservation = Reservation(
+            group_id=reservation.group_id, group_name=reservation.group_name, namespace=reservation.namespace,
+            domain=node.domain, size=reservation.size, gpus_per_pod=reservation.gpus_per_pod,
+            one_pod_per_node=reservation.one_pod_per_node, created_at=now, holder=holder,
+        )
+    fit = capacity.node_fit(node, need, snapshot)
+    if fit.verdict is not capacity.Verdict.FITS:
+        raise DecisionError(f"node {node_name} no longer fits pod {pod.ref}: {fit.reason}")
+    return BindPlan(False, reservation, fit.attach, group.name)

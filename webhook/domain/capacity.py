@@ -1,0 +1,99 @@
+"""GPU demand of a pod and what a node (and a domain) can still offer it (DESIGN section 3).
+
+Capacity of a node for a demand = free local GPUs (allocatable minus what bound, non-terminated pods
+hold) plus attachable fabric GPUs (free blocks of the node's fabric zone, up to the node's free slots).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from webhook.domain.model import Catalog, Demand, Group, Node, Pod, Snapshot
+from webhook.domain.policy import Policy
+
+
+def demand(pod: Pod, catalog: Catalog, policy: Policy) -> Demand:
+    """Container ``nvidia.com/gpu`` plus the device counts of the pod's ``gpu.nvidia.com`` claims."""
+    gpus = pod.gpu_limit
+    whole = False
+    for ref in pod.claims:
+        if ref.template:
+            spec = catalog.templates.get((pod.namespace, ref.template))
+        else:
+            spec = catalog.claims.get((pod.namespace, ref.claim or ""))
+        if spec is None:
+            continue
+        for req in spec.requests:
+            if req.device_class in policy.gpu_device_classes:
+                if req.all_devices:
+                    whole = True
+                else:
+                    gpus += req.count
+    return Demand(gpus=gpus, whole_node=whole)
+
+
+class Verdict(enum.StrEnum):
+    FITS = "fits"
+    BUSY = "busy"  # could fit once pods on it finish -> FailedNodes
+    NEVER = "never"  # will not fit while the cluster stays as it is -> FailedAndUnresolvableNodes
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    verdict: Verdict
+    reason: str
+    local_free: int
+    attach: int  # fabric GPUs that would have to be attached for the pod to fit
+    left_over: int  # GPUs free on the node after the pod, counting attachable ones
+
+
+def free_local(node: Node, snapshot: Snapshot) -> int:
+    return max(0, node.gpus - snapshot.used_gpus.get(node.name, 0))
+
+
+def attachable(node: Node, snapshot: Snapshot) -> int:
+    if not node.fabric_zone or node.fabric_slots <= 0:
+        return 0
+    return min(node.fabric_slots, snapshot.fabric_free.get(node.fabric_zone, 0))
+
+
+def node_fit(node: Node, need: Demand, snapshot: Snapshot) -> Fit:
+    """Whether one pod with ``need`` fits on ``node`` right now, and why not if it does not."""
+    local = free_local(node, snapshot)
+    fabric = attachable(node, snapshot)
+    if need.whole_node:
+        if node.gpus == 0:
+            return Fit(Verdict.NEVER, "node has no GPUs and the pod claims all GPUs of a node", local, 0, 0)
+        if local < node.gpus:
+            return Fit(Verdict.BUSY, f"pod claims all {node.gpus} GPUs but {node.gpus - local} are in use",
+                       local, 0, 0)
+        return Fit(Verdict.FITS, "", local, 0, 0)
+    wanted = need.gpus
+    if local >= wanted:
+        return Fit(Verdict.FITS, "", local, 0, local - wanted + fabric)
+    if local + fabric >= wanted:
+        return Fit(Verdict.FITS, "", local, wanted - local, local + fabric - wanted)
+    ceiling = node.gpus + node.fabric_slots
+    if ceiling < wanted:
+        extra = f" plus {node.fabric_slots} attachable fabric slots" if node.fabric_slots else ""
+        return Fit(Verdict.NEVER, f"pod needs {wanted} GPUs; node has {node.gpus}{extra} even when empty",
+                   local, 0, 0)
+    fabric_note = f" and {fabric} attachable from fabric zone {node.fabric_zone}" if node.fabric_zone else ""
+    return Fit(Verdict.BUSY, f"pod needs {wanted} GPUs; {local} free{fabric_note} now", local, 0, 0)
+
+
+def pods_that_fit(node: Node, need: Demand, group: Group, snapshot: Snapshot, limit: int) -> tuple[int, int]:
+    """How many more pods of ``group`` the node can take (at most ``limit``) and the fabric GPUs that costs."""
+    if limit <= 0:
+        return 0, 0
+    local = free_local(node, snapshot)
+    fabric = attachable(node, snapshot)
+    if need.whole_node:
+        return (1, 0) if node.gpus > 0 and local == node.gpus else (0, 0)
+    per_node_cap = 1 if group.one_pod_per_node else limit
+    if need.gpus == 0:
+        return min(per_node_cap, limit), 0
+    fitting = min(per_node_cap, limit, (local + fabric) // need.gpus)
+    attach = max(0, fitting * need.gpus - local)
+    return fitting, attach

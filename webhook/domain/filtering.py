@@ -1,0 +1,167 @@
+"""The /filter decision: which candidate nodes a pod may use, and why not the others (DESIGN section 5).
+
+Pods outside any group pass through unchanged. For a group pod, nodes that will not fit while the
+cluster stays as it is (outside any domain, in another domain than the group's, held by another
+ComputeDomain, too small even when empty) are unresolvable, so preemption leaves them alone; nodes that
+could fit once other pods finish are merely failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from webhook.domain import capacity, grouping, placement
+from webhook.domain.capacity import Verdict
+from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
+from webhook.domain.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a group pod's decision rests on: its group, demand and the domain chosen for the group."""
+
+    resolution: GroupResolution
+    demand: Demand
+    domain: str | None
+    reservation: Reservation | None  # the stored or proposed reservation the domain comes from
+    proposal: Reservation | None  # a choice made by this call, to be remembered until bind stores it
+    reason: str  # why this domain, or why none
+    resolvable_later: bool = False
+
+    @property
+    def group(self) -> Group | None:
+        return self.resolution.group
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    passed: tuple[str, ...]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    context: Context | None = None
+    outcome: str = "pass-through"  # pass-through | placed | no-domain | invalid-group
+    reason_class: str = "not-a-group"
+
+
+def current_reservation(group: Group, snapshot: Snapshot, proposals: Mapping[str, Reservation],
+                        policy: Policy, now: float) -> Reservation | None:
+    stored = snapshot.reservations.get(group.id)
+    if stored is not None and not stored.expired(now, policy.reservation_ttl):
+        return stored
+    proposed = proposals.get(group.id)
+    if proposed is not None and now - proposed.created_at <= policy.proposal_ttl:
+        return proposed
+    return None
+
+
+def live_reservations(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: Policy,
+                      now: float) -> dict[str, Reservation]:
+    """Every group's promise that still holds: stored ones, then this process's proposals."""
+    out = {g: r for g, r in proposals.items() if now - r.created_at <= policy.proposal_ttl}
+    out.update({g: r for g, r in snapshot.reservations.items() if not r.expired(now, policy.reservation_ttl)})
+    return out
+
+
+def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: Policy,
+            now: float, holder: str = "") -> Context | None:
+    """Resolve the pod's group and the group's domain; None for a pod outside any group."""
+    resolution = grouping.resolve(pod, snapshot.catalog, policy)
+    group = resolution.group
+    if group is None:
+        return None
+    need = capacity.demand(pod, snapshot.catalog, policy)
+    if resolution.problems:
+        return Context(resolution, need, None, None, None, "; ".join(resolution.problems))
+    existing = current_reservation(group, snapshot, proposals, policy, now)
+    if existing is not None:
+        origin = "reserved" if existing.version else "proposed"
+        return Context(resolution, need, existing.domain, existing, None,
+                       f"domain {origin} for the group at {existing.created_at:.0f}")
+    known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
+    choice = placement.choose(
+        group, resolution.size, need, snapshot,
+        live_reservations(snapshot, proposals, policy, now),
+        pending_self=not pod.uid or pod.uid not in known,
+    )
+    if choice.domain is None:
+        return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later)
+    _, placed, _ = placement.members_summary(snapshot.members.get(group.id, ()))
+    proposal = Reservation(
+        group_id=group.id,
+        group_name=group.name,
+        namespace=group.namespace,
+        domain=choice.domain,
+        size=placed + choice.remaining,
+        gpus_per_pod=need.gpus,
+        one_pod_per_node=group.one_pod_per_node,
+        created_at=now,
+        holder=holder,
+    )
+    return Context(resolution, need, choice.domain, proposal, proposal, choice.reason)
+
+
+def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
+                 proposals: Mapping[str, Reservation], now: float,
+                 node_view: Mapping[str, Node] | None = None, holder: str = "") -> FilterOutcome:
+    """Split ``candidates`` into passed, failed and unresolvable nodes, each failure with its reason.
+
+    ``node_view`` holds the nodes as the scheduler sent them (full NodeList mode); otherwise the cache.
+    """
+    ctx = context(pod, snapshot, proposals, policy, now, holder)
+    if ctx is None:
+        return FilterOutcome(passed=tuple(candidates))
+    nodes = node_view if node_view is not None else snapshot.nodes
+    group = ctx.group
+    assert group is not None
+    if ctx.resolution.problems:
+        return _all_fail(candidates, {}, ctx, "invalid-group", "invalid-group", unresolvable=True)
+    if ctx.domain is None:
+        return _all_fail(candidates, {}, ctx, "no-domain", "no-domain", unresolvable=not ctx.resolvable_later)
+
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    domain = ctx.domain
+    need = ctx.demand
+    node_groups = snapshot.node_groups
+    node_cds = snapshot.node_compute_domains
+    cd = group.compute_domain
+    where = f"{group.kind.value} group {group.namespace}/{group.name} is placed in domain {domain}"
+    for name in candidates:
+        node = nodes.get(name)
+        if node is None:
+            unresolvable[name] = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
+        elif node.domain is None:
+            unresolvable[name] = (f"node has no NVLink or fabric domain label ({', '.join(policy.domain_labels)}); "
+                                  "group pods run only inside one domain")
+        elif node.domain != domain:
+            unresolvable[name] = f"node is in domain {node.domain}; {where}"
+        elif cd and node.compute_domain and node.compute_domain != cd:
+            unresolvable[name] = (f"node is held by ComputeDomain {node.compute_domain} "
+                                  "(the NVIDIA DRA driver allows one ComputeDomain per node)")
+        elif cd and node_cds.get(name) and node_cds[name] - {cd}:
+            other = sorted(node_cds[name] - {cd})[0]
+            unresolvable[name] = (f"node runs a pod of ComputeDomain {other} "
+                                  "(the NVIDIA DRA driver allows one ComputeDomain per node)")
+        elif group.one_pod_per_node and group.id in node_groups.get(name, frozenset()):
+            unresolvable[name] = ("node already runs a pod of this ComputeDomain; the driver publishes one "
+                                  "IMEX channel per node, so members need one node each")
+        else:
+            fit = capacity.node_fit(node, need, snapshot)
+            if fit.verdict is Verdict.FITS:
+                passed.append(name)
+            elif fit.verdict is Verdict.BUSY:
+                failed[name] = fit.reason
+            else:
+                unresolvable[name] = fit.reason
+    outcome = "placed" if passed else "no-fit"
+    return FilterOutcome(tuple(passed), failed, unresolvable, ctx, outcome, outcome)
+
+
+def _all_fail(candidates: Sequence[str], _: dict[str, str], ctx: Context, outcome: str, reason_class: str,
+              unresolvable: bool) -> FilterOutcome:
+    reasons = {name: ctx.reason for name in candidates}
+    if unresolvable:
+        return FilterOutcome((), {}, reasons, ctx, outcome, reason_class)
+    return FilterOutcome((), reasons, {}, ctx, outcome, reason_class)

@@ -1,0 +1,69 @@
+"""The read-only picture ``/inspect`` shows: domains with capacity, groups, reservations (plain data)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.domain.capacity import attachable, free_local
+from webhook.domain.model import Reservation, Snapshot
+
+
+def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
+    return {
+        "group": res.group_id,
+        "name": f"{res.namespace}/{res.group_name}",
+        "domain": res.domain,
+        "size": res.size,
+        "gpusPerPod": res.gpus_per_pod,
+        "onePodPerNode": res.one_pod_per_node,
+        "createdAt": res.created_at,
+        "placedAt": res.placed_at,
+        "holder": res.holder,
+        "state": "reserved" if stored else "proposed",
+    }
+
+
+def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation]) -> dict[str, Any]:
+    domains = []
+    for name, node_names in sorted(snapshot.domains.items()):
+        nodes = [snapshot.nodes[n] for n in node_names if n in snapshot.nodes]
+        zones = sorted({n.fabric_zone for n in nodes if n.fabric_zone})
+        domains.append({
+            "domain": name,
+            "label": nodes[0].domain_key if nodes else None,
+            "nodes": len(nodes),
+            "gpus": sum(n.gpus for n in nodes),
+            "freeGpus": sum(free_local(n, snapshot) for n in nodes),
+            "attachableGpus": sum(min(snapshot.fabric_free.get(z, 0),
+                                      sum(attachable(n, snapshot) for n in nodes if n.fabric_zone == z))
+                                  for z in zones),
+            "fabricZones": zones,
+            "idleNodes": sum(1 for n in nodes if n.gpus and free_local(n, snapshot) == n.gpus),
+            "heldByComputeDomain": sorted({n.name for n in nodes if n.compute_domain}),
+        })
+    groups = []
+    for group_id, members in sorted(snapshot.members.items()):
+        live = [m for m in members if not m.pod.terminated]
+        res = snapshot.reservations.get(group_id) or proposals.get(group_id)
+        groups.append({
+            "group": group_id,
+            "domain": res.domain if res else None,
+            "size": res.size if res else None,
+            "pods": [
+                {"pod": m.pod.ref, "node": m.pod.node_name, "gpus": m.demand.gpus}
+                for m in sorted(live, key=lambda m: m.pod.ref)
+            ],
+            "placed": sum(1 for m in live if m.pod.node_name),
+        })
+    reservations = [_reservation(r, True) for _, r in sorted(snapshot.reservations.items())]
+    reservations += [_reservation(r, False) for g, r in sorted(proposals.items()) if g not in snapshot.reservations]
+    return {
+        "version": snapshot.version,
+        "nodes": len(snapshot.nodes),
+        "nodesWithoutDomain": sum(1 for n in snapshot.nodes.values() if n.domain is None),
+        "domains": domains,
+        "groups": groups,
+        "reservations": reservations,
+        "fabricFree": dict(sorted(snapshot.fabric_free.items())),
+    }

@@ -1,0 +1,37 @@
+"""Label, annotation, resource and device-class names this project reads or writes.
+
+Kept in one place because they are a contract with users (annotations they write), with NVIDIA's DRA
+driver and GPU Feature Discovery (labels they write), and with our own node agent.
+"""
+
+from __future__ import annotations
+
+PREFIX = "imex-webhook.io"
+
+# Written by users (or by us at admission) on pods.
+GROUP_ANNOTATION = f"{PREFIX}/group"
+GROUP_SIZE_ANNOTATION = f"{PREFIX}/group-size"
+GROUP_LABEL = f"{PREFIX}/group"
+MUTATED_ANNOTATION = f"{PREFIX}/mutated"
+
+# Node labels: the first key present names the node's domain (DESIGN section 3).
+CLIQUE_LABEL = "nvidia.com/gpu.clique"  # "<clusterUUID>.<cliqueID>", written by GFD or our agent
+FABRIC_ZONE_LABEL = f"{PREFIX}/fabric-zone"
+DEFAULT_DOMAIN_LABELS: tuple[str, ...] = (CLIQUE_LABEL, FABRIC_ZONE_LABEL)
+
+# How many fabric GPUs a node can still take (free PCIe/CXL slots); absent means none.
+FABRIC_SLOTS_ANNOTATION = f"{PREFIX}/fabric-slots"
+REDFISH_SYSTEM_ANNOTATION = f"{PREFIX}/redfish-system"
+
+# NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu): set on a node while a ComputeDomain's
+# channel is prepared there, and on the ResourceClaimTemplates the controller creates for a ComputeDomain.
+COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+COMPUTE_DOMAIN_TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
+COMPUTE_DOMAIN_CHANNEL_CONFIG_KIND = "ComputeDomainChannelConfig"
+
+DEFAULT_CHANNEL_DEVICE_CLASSES: tuple[str, ...] = (
+    "compute-domain-default-channel.nvidia.com",
+    "compute-domain-channel.nvidia.com",
+)
+DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com",)
+GPU_RESOURCE = "nvidia.com/gpu"

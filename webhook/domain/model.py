@@ -1,0 +1,195 @@
+"""The plain data every decision works on: frozen dataclasses parsed once from the wire.
+
+Nothing here knows where the data came from (watch cache, embedded file, request body); see
+``webhook.domain.parsing`` for the one place that reads Kubernetes JSON.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+ObjectKey = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    domain: str | None  # the value of the first domain label present; compared as an opaque string
+    domain_key: str | None  # which label it came from
+    gpus: int  # allocatable nvidia.com/gpu
+    fabric_zone: str | None
+    fabric_slots: int  # how many more fabric GPUs this node can take
+    compute_domain: str | None  # UID in the DRA driver's node label, if a ComputeDomain holds the node
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of ``spec.resourceClaims``: from a template (one claim per pod) or a shared claim."""
+
+    name: str
+    template: str | None
+    claim: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None
+    terminated: bool  # Succeeded/Failed: holds no resources any more
+    gpu_limit: int  # effective nvidia.com/gpu of the pod, computed as Kubernetes does
+    claims: tuple[PodClaim, ...]
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    owners: tuple[OwnerRef, ...] = ()
+    scheduler_name: str = "default-scheduler"
+    deleting: bool = False
+
+    @property
+    def key(self) -> ObjectKey:
+        return (self.namespace, self.name)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """A device request of a claim (``exactly``, or the first ``firstAvailable`` alternative)."""
+
+    name: str
+    device_class: str
+    count: int
+    all_devices: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    """A ResourceClaim or ResourceClaimTemplate, reduced to what grouping and demand need."""
+
+    namespace: str
+    name: str
+    uid: str
+    compute_domain: str | None  # from the driver's label or the opaque ComputeDomainChannelConfig.domainID
+    requests: tuple[DeviceRequest, ...]
+    reserved_for: tuple[str, ...] = ()  # pod UIDs (ResourceClaim status.reservedFor)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeDomain:
+    namespace: str
+    name: str
+    uid: str
+    num_nodes: int
+    template: str | None  # spec.channel.resourceClaimTemplate.name
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    namespace: str
+    name: str
+    uid: str
+    parallelism: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The objects group identity and demand are resolved through (all from watch caches)."""
+
+    templates: Mapping[ObjectKey, ClaimSpec] = field(default_factory=dict)
+    claims: Mapping[ObjectKey, ClaimSpec] = field(default_factory=dict)
+    compute_domains: Mapping[str, ComputeDomain] = field(default_factory=dict)  # by UID
+    jobs: Mapping[ObjectKey, Job] = field(default_factory=dict)
+
+
+class GroupKind(enum.StrEnum):
+    ANNOTATION = "annotation"
+    COMPUTE_DOMAIN = "compute-domain"
+    SHARED_CLAIM = "shared-claim"
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    id: str  # canonical identity, e.g. "cd:<uid>", "claim:<uid>", "ann:<namespace>/<value>"
+    kind: GroupKind
+    namespace: str
+    name: str  # what a human calls it: the annotation value, ComputeDomain name or claim name
+    compute_domain: str | None  # ComputeDomain UID when the group uses one
+    one_pod_per_node: bool  # the driver publishes one channel per node: one CD pod per node
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResolution:
+    group: Group | None
+    size: int | None  # None: unknown, treated as "at least the pods seen"
+    size_source: str  # "annotation", "computeDomain.numNodes", "job.parallelism", "unknown"
+    problems: tuple[str, ...] = ()  # contradictions the user must fix (admission denies them)
+    warnings: tuple[str, ...] = ()  # things that may resolve themselves (a template not cached yet)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    gpus: int
+    whole_node: bool = False  # a gpu.nvidia.com claim with allocationMode All
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A pod of a group as the cluster knows it."""
+
+    pod: Pod
+    demand: Demand
+
+    @property
+    def placed(self) -> bool:
+        return self.pod.node_name is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Group -> domain, chosen once for the whole group; lives in the API server in Kubernetes mode."""
+
+    group_id: str
+    group_name: str
+    namespace: str
+    domain: str
+    size: int  # members the domain was chosen for
+    gpus_per_pod: int
+    one_pod_per_node: bool
+    created_at: float  # unix seconds
+    placed_at: float | None = None  # last time a member was bound
+    holder: str = ""  # which replica created it
+    version: str = ""  # resourceVersion, for guarded updates
+
+    def expired(self, now: float, ttl: float) -> bool:
+        """True when no member was placed within ``ttl`` seconds of creation or of the last placement."""
+        return now - (self.placed_at or self.created_at) > ttl
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Cluster state at one instant; decisions never see anything that can change under them."""
+
+    nodes: Mapping[str, Node]
+    used_gpus: Mapping[str, int]  # node -> GPUs of bound, non-terminated pods
+    node_groups: Mapping[str, frozenset[str]]  # node -> group ids with a bound member there
+    node_compute_domains: Mapping[str, frozenset[str]]  # node -> ComputeDomain UIDs of bound members
+    members: Mapping[str, tuple[Member, ...]]  # group id -> its known pods
+    domains: Mapping[str, tuple[str, ...]]  # domain -> node names, sorted
+    catalog: Catalog
+    fabric_free: Mapping[str, int]  # fabric zone -> free GPU blocks
+    reservations: Mapping[str, Reservation]  # group id -> reservation
+    version: int = 0

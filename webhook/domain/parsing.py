@@ -1,0 +1,285 @@
+"""Kubernetes JSON -> model. The only module that reads raw Kubernetes objects.
+
+Objects from the API server are trusted to be well formed Kubernetes, but request bodies are not: every
+shape problem raises ``WireError`` with the path of the field, so a malformed request becomes a 400 that
+names it. Unknown fields are ignored, as Kubernetes clients do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.domain import keys
+from webhook.domain.errors import WireError
+from webhook.domain.model import (
+    ClaimSpec,
+    ComputeDomain,
+    DeviceRequest,
+    Job,
+    Node,
+    OwnerRef,
+    Pod,
+    PodClaim,
+)
+
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+_SUFFIX = {
+    "": 1, "m": 0.001, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+
+
+def _map(value: Any, path: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise WireError(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, path: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise WireError(path, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, path: str, default: str = "") -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise WireError(path, f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _str_map(value: Any, path: str) -> dict[str, str]:
+    raw = _map(value, path)
+    for k, v in raw.items():
+        if not isinstance(v, str):
+            raise WireError(f"{path}.{k}", f"expected a string, got {type(v).__name__}")
+    return dict(raw)
+
+
+def quantity(value: Any, path: str) -> float:
+    """A Kubernetes resource.Quantity ("4", "500m", "1Gi", 2) as a number."""
+    if isinstance(value, bool):
+        raise WireError(path, "expected a quantity, got a boolean")
+    if isinstance(value, int | float):
+        return float(value)
+    text = _str(value, path)
+    match = _QUANTITY.match(text.strip())
+    if not match or match.group(2) not in _SUFFIX:
+        raise WireError(path, f"not a Kubernetes quantity: {text!r}")
+    try:
+        return float(match.group(1)) * _SUFFIX[match.group(2)]
+    except ValueError as exc:
+        raise WireError(path, f"not a Kubernetes quantity: {text!r}") from exc
+
+
+def count(value: Any, path: str) -> int:
+    """A countable resource such as nvidia.com/gpu; fractions are rejected by Kubernetes, so by us too."""
+    number = quantity(value, path)
+    if number < 0 or number != int(number):
+        raise WireError(path, f"expected a whole non-negative count, got {value!r}")
+    return int(number)
+
+
+def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
+    obj = _map(obj, path)
+    meta = _map(obj.get("metadata"), f"{path}.metadata")
+    name = _str(meta.get("name"), f"{path}.metadata.name")
+    if not name:
+        raise WireError(f"{path}.metadata.name", "missing")
+    labels = _str_map(meta.get("labels"), f"{path}.metadata.labels")
+    annotations = _str_map(meta.get("annotations"), f"{path}.metadata.annotations")
+    domain_key = next((k for k in domain_labels if labels.get(k)), None)
+    status = _map(obj.get("status"), f"{path}.status")
+    allocatable = _map(status.get("allocatable"), f"{path}.status.allocatable")
+    gpus = count(allocatable.get(keys.GPU_RESOURCE, 0), f"{path}.status.allocatable[{keys.GPU_RESOURCE}]")
+    zone = labels.get(keys.FABRIC_ZONE_LABEL) or None
+    slots_raw = annotations.get(keys.FABRIC_SLOTS_ANNOTATION)
+    slots = count(slots_raw, f"{path}.metadata.annotations[{keys.FABRIC_SLOTS_ANNOTATION}]") if slots_raw else 0
+    spec = _map(obj.get("spec"), f"{path}.spec")
+    return Node(
+        name=name,
+        domain=labels[domain_key] if domain_key else None,
+        domain_key=domain_key,
+        gpus=gpus,
+        fabric_zone=zone,
+        fabric_slots=slots if zone else 0,
+        compute_domain=labels.get(keys.COMPUTE_DOMAIN_LABEL) or None,
+        unschedulable=bool(spec.get("unschedulable", False)),
+    )
+
+
+def _container_gpus(container: Any, path: str) -> int:
+    container = _map(container, path)
+    resources = _map(container.get("resources"), f"{path}.resources")
+    limits = _map(resources.get("limits"), f"{path}.resources.limits")
+    requests = _map(resources.get("requests"), f"{path}.resources.requests")
+    # Extended resources cannot be overcommitted: a limit, when given, equals the request.
+    raw = limits.get(keys.GPU_RESOURCE, requests.get(keys.GPU_RESOURCE, 0))
+    return count(raw, f"{path}.resources.limits[{keys.GPU_RESOURCE}]")
+
+
+def effective_gpus(spec: Mapping[str, Any], path: str = "pod.spec") -> int:
+    """The pod's nvidia.com/gpu as the scheduler computes it (k8s.io/component-helpers PodRequests).
+
+    max(sum of app containers + restartable init (sidecar) containers,
+        for each ordinary init container: its own need + the sidecars started before it).
+    """
+    sidecars = 0
+    init_peak = 0
+    for i, c in enumerate(_list(spec.get("initContainers"), f"{path}.initContainers")):
+        cpath = f"{path}.initContainers[{i}]"
+        need = _container_gpus(c, cpath)
+        if _map(c, cpath).get("restartPolicy") == "Always":
+            sidecars += need
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + need)
+    app = sum(
+        _container_gpus(c, f"{path}.containers[{i}]")
+        for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers"))
+    )
+    return max(app + sidecars, init_peak)
+
+
+def pod(obj: Any, path: str = "Pod") -> Pod:
+    obj = _map(obj, path)
+    if not obj:
+        raise WireError(path, "missing or empty")
+    meta = _map(obj.get("metadata"), f"{path}.metadata")
+    spec = _map(obj.get("spec"), f"{path}.spec")
+    status = _map(obj.get("status"), f"{path}.status")
+    claims = []
+    for i, raw in enumerate(_list(spec.get("resourceClaims"), f"{path}.spec.resourceClaims")):
+        cpath = f"{path}.spec.resourceClaims[{i}]"
+        raw = _map(raw, cpath)
+        claims.append(
+            PodClaim(
+                name=_str(raw.get("name"), f"{cpath}.name"),
+                template=_str(raw.get("resourceClaimTemplateName"), f"{cpath}.resourceClaimTemplateName") or None,
+                claim=_str(raw.get("resourceClaimName"), f"{cpath}.resourceClaimName") or None,
+            )
+        )
+    owners = []
+    for i, raw in enumerate(_list(meta.get("ownerReferences"), f"{path}.metadata.ownerReferences")):
+        opath = f"{path}.metadata.ownerReferences[{i}]"
+        raw = _map(raw, opath)
+        owners.append(
+            OwnerRef(
+                kind=_str(raw.get("kind"), f"{opath}.kind"),
+                name=_str(raw.get("name"), f"{opath}.name"),
+                uid=_str(raw.get("uid"), f"{opath}.uid"),
+                controller=bool(raw.get("controller", False)),
+            )
+        )
+    phase = _str(status.get("phase"), f"{path}.status.phase")
+    return Pod(
+        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
+        name=_str(meta.get("name"), f"{path}.metadata.name"),
+        uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
+        node_name=_str(spec.get("nodeName"), f"{path}.spec.nodeName") or None,
+        terminated=phase in ("Succeeded", "Failed"),
+        gpu_limit=effective_gpus(spec, f"{path}.spec"),
+        claims=tuple(claims),
+        annotations=_str_map(meta.get("annotations"), f"{path}.metadata.annotations"),
+        labels=_str_map(meta.get("labels"), f"{path}.metadata.labels"),
+        owners=tuple(owners),
+        scheduler_name=_str(spec.get("schedulerName"), f"{path}.spec.schedulerName", "default-scheduler"),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _device_request(raw: Any, path: str) -> DeviceRequest | None:
+    raw = _map(raw, path)
+    name = _str(raw.get("name"), f"{path}.name")
+    # resource.k8s.io/v1 nests the request under "exactly" or lists "firstAvailable" alternatives;
+    # v1beta1 put deviceClassName at the top. Read all three shapes.
+    body = _map(raw.get("exactly"), f"{path}.exactly")
+    bpath = f"{path}.exactly"
+    if not body:
+        alternatives = _list(raw.get("firstAvailable"), f"{path}.firstAvailable")
+        body, bpath = (_map(alternatives[0], f"{path}.firstAvailable[0]"), f"{path}.firstAvailable[0]") \
+            if alternatives else (raw, path)
+    device_class = _str(body.get("deviceClassName"), f"{bpath}.deviceClassName")
+    if not device_class:
+        return None
+    mode = _str(body.get("allocationMode"), f"{bpath}.allocationMode", "ExactCount")
+    amount = count(body.get("count", 1), f"{bpath}.count")
+    return DeviceRequest(name=name, device_class=device_class, count=amount, all_devices=mode == "All")
+
+
+def _compute_domain_from_config(spec: Mapping[str, Any], path: str) -> str | None:
+    for i, cfg in enumerate(_list(spec.get("config"), f"{path}.config")):
+        opaque = _map(_map(cfg, f"{path}.config[{i}]").get("opaque"), f"{path}.config[{i}].opaque")
+        params = _map(opaque.get("parameters"), f"{path}.config[{i}].opaque.parameters")
+        if params.get("kind") == keys.COMPUTE_DOMAIN_CHANNEL_CONFIG_KIND and params.get("domainID"):
+            return str(params["domainID"])
+    return None
+
+
+def claim_spec(obj: Any, template: bool, path: str = "claim") -> ClaimSpec:
+    """A ResourceClaim, or a ResourceClaimTemplate (whose claim spec sits under spec.spec)."""
+    obj = _map(obj, path)
+    meta = _map(obj.get("metadata"), f"{path}.metadata")
+    spec = _map(obj.get("spec"), f"{path}.spec")
+    spath = f"{path}.spec"
+    if template:
+        spec, spath = _map(spec.get("spec"), f"{path}.spec.spec"), f"{path}.spec.spec"
+    devices = _map(spec.get("devices"), f"{spath}.devices")
+    requests = []
+    for i, raw in enumerate(_list(devices.get("requests"), f"{spath}.devices.requests")):
+        parsed = _device_request(raw, f"{spath}.devices.requests[{i}]")
+        if parsed is not None:
+            requests.append(parsed)
+    labels = _str_map(meta.get("labels"), f"{path}.metadata.labels")
+    status = _map(obj.get("status"), f"{path}.status")
+    reserved = tuple(
+        _str(_map(r, f"{path}.status.reservedFor[{i}]").get("uid"), f"{path}.status.reservedFor[{i}].uid")
+        for i, r in enumerate(_list(status.get("reservedFor"), f"{path}.status.reservedFor"))
+    )
+    return ClaimSpec(
+        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
+        name=_str(meta.get("name"), f"{path}.metadata.name"),
+        uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
+        compute_domain=(labels.get(keys.COMPUTE_DOMAIN_LABEL)
+                        or _compute_domain_from_config(devices, f"{spath}.devices")),
+        requests=tuple(requests),
+        reserved_for=reserved,
+    )
+
+
+def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
+    obj = _map(obj, path)
+    meta = _map(obj.get("metadata"), f"{path}.metadata")
+    spec = _map(obj.get("spec"), f"{path}.spec")
+    channel = _map(spec.get("channel"), f"{path}.spec.channel")
+    rct = _map(channel.get("resourceClaimTemplate"), f"{path}.spec.channel.resourceClaimTemplate")
+    num = spec.get("numNodes", 0)
+    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        raise WireError(f"{path}.spec.numNodes", f"expected a non-negative integer, got {num!r}")
+    return ComputeDomain(
+        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
+        name=_str(meta.get("name"), f"{path}.metadata.name"),
+        uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
+        num_nodes=num,
+        template=_str(rct.get("name"), f"{path}.spec.channel.resourceClaimTemplate.name") or None,
+    )
+
+
+def job(obj: Any, path: str = "job") -> Job:
+    obj = _map(obj, path)
+    meta = _map(obj.get("metadata"), f"{path}.metadata")
+    spec = _map(obj.get("spec"), f"{path}.spec")
+    parallelism = spec.get("parallelism")
+    return Job(
+        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
+        name=_str(meta.get("name"), f"{path}.metadata.name"),
+        uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
+        parallelism=parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else None,
+    )

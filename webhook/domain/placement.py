@@ -1,0 +1,227 @@
+"""Choosing one domain for a whole group (DESIGN section 5, "domain choice").
+
+Only domains that can host every remaining member count; among them the best fit (least capacity left
+over) wins so that large domains stay whole, then the one needing fewer fabric attaches, then the
+domain name, so every replica makes the same choice from the same state. Capacity already promised to
+other groups (their reservations, minus members they placed) is taken out first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from webhook.domain.capacity import attachable, free_local
+from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What one domain can do for the group."""
+
+    domain: str
+    pods: int  # members it can host now (capped at the members still to place)
+    attaches: int  # fabric GPUs needed to host them
+    spare_gpus: int  # free GPUs left in the domain after hosting them
+    spare_nodes: int  # eligible nodes left untouched
+    ceiling: int  # members it could host if every pod in it finished (ignores current use)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    domain: str | None
+    reason: str  # why this domain, or why none
+    remaining: int  # members still to place
+    offers: tuple[Offer, ...] = ()
+    resolvable_later: bool = False  # no domain now, but one could host the group once pods finish
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Capacity another group has been promised in a domain and not used yet."""
+
+    domain: str
+    pods: int
+    gpus_per_pod: int
+    compute_domain: bool
+
+
+def members_summary(members: Iterable[Member]) -> tuple[int, int, set[str]]:
+    """(known non-terminated members, placed members, node names they are placed on)."""
+    seen = placed = 0
+    nodes: set[str] = set()
+    for m in members:
+        if m.pod.terminated:
+            continue
+        seen += 1
+        if m.pod.node_name:
+            placed += 1
+            nodes.add(m.pod.node_name)
+    return seen, placed, nodes
+
+
+def holds(snapshot: Snapshot, others: Mapping[str, Reservation], exclude: str) -> list[Hold]:
+    out = []
+    for group_id, res in sorted(others.items()):
+        if group_id == exclude:
+            continue
+        _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
+        unplaced = res.size - placed
+        if unplaced > 0:
+            out.append(Hold(res.domain, unplaced, res.gpus_per_pod, res.one_pod_per_node))
+    return out
+
+
+def eligible(node: Node, group: Group, snapshot: Snapshot) -> bool:
+    """Not held by another ComputeDomain (the driver allows one per node)."""
+    if group.compute_domain is None:
+        return True
+    if node.compute_domain and node.compute_domain != group.compute_domain:
+        return False
+    others = snapshot.node_compute_domains.get(node.name, frozenset()) - {group.compute_domain}
+    return not others
+
+
+def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Snapshot,
+          held: list[Hold]) -> Offer:
+    names = [n for n in snapshot.domains.get(domain, ()) if n in snapshot.nodes]
+    nodes = [snapshot.nodes[n] for n in names if not snapshot.nodes[n].unschedulable]
+    already = snapshot.node_groups
+    local = {n.name: free_local(n, snapshot) for n in nodes}
+    slots = {n.name: attachable(n, snapshot) for n in nodes}
+    zone_budget: dict[str | None, int] = {
+        n.fabric_zone: snapshot.fabric_free.get(n.fabric_zone, 0) for n in nodes if n.fabric_zone
+    }
+    blocked: set[str] = {n.name for n in nodes if not eligible(n, group, snapshot)}
+    if group.one_pod_per_node:
+        # A node that already runs a member takes no second one.
+        blocked |= {n.name for n in nodes if group.id in already.get(n.name, frozenset())}
+
+    # Take other groups' promised pods out first, best fit, preferring local GPUs.
+    for hold in held:
+        if hold.domain != domain:
+            continue
+        for _ in range(hold.pods):
+            candidates = [
+                n for n in nodes
+                if (not hold.compute_domain or n.name not in blocked)
+                and local[n.name] + min(slots[n.name], zone_budget.get(n.fabric_zone, 0)) >= hold.gpus_per_pod
+            ]
+            if not candidates:
+                break
+            best = min(candidates, key=lambda n: (local[n.name] < hold.gpus_per_pod, local[n.name], n.name))
+            take_local = min(local[best.name], hold.gpus_per_pod)
+            local[best.name] -= take_local
+            rest = hold.gpus_per_pod - take_local
+            if rest:
+                slots[best.name] -= rest
+                zone_budget[best.fabric_zone] = zone_budget.get(best.fabric_zone, 0) - rest
+            if hold.compute_domain:
+                blocked.add(best.name)
+
+    usable = [n for n in nodes if n.name not in blocked]
+    per_node = 1 if group.one_pod_per_node else remaining
+    placed: dict[str, int] = {}
+    total = attaches = 0
+    if need.whole_node:
+        for n in usable:
+            if total < remaining and n.gpus > 0 and local[n.name] == n.gpus:
+                placed[n.name] = 1
+                total += 1
+                local[n.name] = 0
+    elif need.gpus == 0:
+        for n in usable:
+            if total < remaining:
+                k = min(per_node, remaining - total)
+                placed[n.name] = k
+                total += k
+    else:
+        # Local GPUs first, so a domain that needs no fabric attach is recognised as such.
+        for n in usable:
+            k = min(per_node, remaining - total, local[n.name] // need.gpus)
+            if k > 0:
+                placed[n.name] = k
+                total += k
+                local[n.name] -= k * need.gpus
+        for n in usable:
+            if total >= remaining or not n.fabric_zone:
+                continue
+            room = per_node - placed.get(n.name, 0)
+            budget = min(slots[n.name], zone_budget.get(n.fabric_zone, 0))
+            k = min(room, remaining - total, (local[n.name] + budget) // need.gpus)
+            if k > 0:
+                used_fabric = k * need.gpus - local[n.name]
+                local[n.name] = max(0, local[n.name] - k * need.gpus)
+                if used_fabric > 0:
+                    slots[n.name] -= used_fabric
+                    zone_budget[n.fabric_zone] -= used_fabric
+                    attaches += used_fabric
+                placed[n.name] = placed.get(n.name, 0) + k
+                total += k
+    spare_fabric = sum(max(0, v) for v in zone_budget.values())
+    spare_gpus = sum(local[n.name] for n in usable) + spare_fabric
+    spare_nodes = len([n for n in usable if n.name not in placed])
+    # The ceiling ignores current use: could the domain ever host the group, once pods finish?
+    candidates = [n for n in nodes if eligible(n, group, snapshot)]
+    if need.whole_node:
+        ceiling = sum(1 for n in candidates if n.gpus > 0)
+    elif need.gpus == 0:
+        ceiling = len(candidates) if group.one_pod_per_node else remaining
+    else:
+        ceiling = sum(min(per_node, (n.gpus + n.fabric_slots) // need.gpus) for n in candidates)
+    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling)
+
+
+def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
+           others: Mapping[str, Reservation], pending_self: bool = True) -> Choice:
+    """The domain for the whole group, or a reason a human can act on when there is none.
+
+    ``pending_self``: the pod being scheduled is not yet among the known members (a filter request for a
+    pod the caches have not seen); it counts as one more member to place.
+    """
+    seen, placed, placed_nodes = members_summary(snapshot.members.get(group.id, ()))
+    total = max(size or 0, seen + (1 if pending_self else 0), 1)
+    remaining = max(total - placed, 1)
+    what = _describe(group, total, need)
+    placed_domains = sorted({snapshot.nodes[n].domain or "" for n in placed_nodes if n in snapshot.nodes})
+    candidates = placed_domains if placed_domains else sorted(snapshot.domains)
+    if len(placed_domains) > 1:
+        return Choice(None, f"{what} already runs in {len(placed_domains)} domains ({', '.join(placed_domains)}); "
+                      "it is split and cannot be kept in one NVLink domain: delete and resubmit the job",
+                      remaining)
+    held = holds(snapshot, others, group.id)
+    offers = tuple(offer(d, group, need, remaining, snapshot, held) for d in candidates if d)
+    fitting = [o for o in offers if o.pods >= remaining]
+    if fitting:
+        best = min(fitting, key=lambda o: (o.spare_gpus, o.spare_nodes, o.attaches, o.domain))
+        why = (f"best fit for {what}: {best.spare_gpus} GPUs and {best.spare_nodes} nodes left over"
+               + (f", {best.attaches} fabric GPUs to attach" if best.attaches else ""))
+        return Choice(best.domain, why, remaining, offers)
+    if not offers:
+        return Choice(None, f"no NVLink or fabric domain exists for {what}: no node carries a domain label",
+                      remaining, offers)
+    largest = max(offers, key=lambda o: (o.pods, -o.attaches, o.domain))
+    biggest_ever = max(offers, key=lambda o: (o.ceiling, o.domain))
+    if placed_domains:
+        reason = (f"{what} already has {placed} pods in domain {placed_domains[0]}, which has room for only "
+                  f"{largest.pods} of the {remaining} still to place")
+    else:
+        reason = (f"no domain can host {remaining} pods of {what}: the largest free capacity is "
+                  f"{largest.pods} pods (domain {largest.domain}, {len(offers)} domains checked)")
+    later = biggest_ever.ceiling >= remaining
+    if later:
+        reason += f"; domain {biggest_ever.domain} could once running pods finish"
+    else:
+        reason += f"; even empty, the largest domain holds {biggest_ever.ceiling} such pods"
+    return Choice(None, reason, remaining, offers, resolvable_later=later)
+
+
+def _describe(group: Group, total: int, need: Demand) -> str:
+    gpus = "all GPUs of a node" if need.whole_node else f"{need.gpus} GPUs"
+    per_node = ", one per node" if group.one_pod_per_node else ""
+    return f"{group.kind.value} group {group.namespace}/{group.name} ({total} pods x {gpus}{per_node})"
+
+
+def domain_of(node_name: str, nodes: Mapping[str, Node]) -> str | None:
+    node = nodes.get(node_name)
+    return node.domain if node else None

@@ -1,0 +1,46 @@
+"""The /prioritize decision: scores 0..10 (MaxExtenderPriority) for the nodes that passed filter.
+
+Inside the group's domain: nodes that need no fabric attach score 5..10, tighter packing higher (fewer
+GPUs left idle on the node keeps whole nodes free for the next job); nodes that need an attach score
+1..4; nodes the pod does not fit on score 0. Pods outside any group get a neutral 0 everywhere, so the
+scheduler's own plugins decide for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from webhook.domain import capacity, filtering
+from webhook.domain.capacity import Verdict
+from webhook.domain.model import Node, Pod, Reservation, Snapshot
+from webhook.domain.policy import Policy
+from webhook.wire.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
+
+
+def score_node(node: Node, ctx: filtering.Context, snapshot: Snapshot) -> int:
+    if ctx.domain is None or node.domain != ctx.domain:
+        return MIN_EXTENDER_PRIORITY
+    fit = capacity.node_fit(node, ctx.demand, snapshot)
+    if fit.verdict is not Verdict.FITS:
+        return MIN_EXTENDER_PRIORITY
+    size = max(node.gpus + (node.fabric_slots if fit.attach else 0), 1)
+    idle = max(0, fit.local_free - ctx.demand.gpus) if not fit.attach else fit.left_over
+    tightness = 1.0 - min(idle, size) / size
+    if fit.attach:
+        return 1 + round(3 * tightness)
+    return 5 + round(5 * tightness)
+
+
+def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
+               proposals: Mapping[str, Reservation], now: float,
+               node_view: Mapping[str, Node] | None = None) -> list[tuple[str, int]]:
+    ctx = filtering.context(pod, snapshot, proposals, policy, now)
+    if ctx is None or ctx.domain is None:
+        return [(name, MIN_EXTENDER_PRIORITY) for name in candidates]
+    nodes = node_view if node_view is not None else snapshot.nodes
+    out = []
+    for name in candidates:
+        node = nodes.get(name)
+        score = score_node(node, ctx, snapshot) if node is not None else MIN_EXTENDER_PRIORITY
+        out.append((name, max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score))))
+    return out

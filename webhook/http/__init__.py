@@ -1,0 +1,1 @@
+"""HTTP views: translate requests to and from the engine; no decisions here."""

@@ -1,0 +1,42 @@
+"""/healthz, /readyz, /metrics and /inspect."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from webhook.domain import inspection
+from webhook.http.common import json_response, services
+
+blueprint = Blueprint("ops", __name__)
+
+
+@blueprint.get("/healthz")
+def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@blueprint.get("/readyz")
+def readyz() -> Response:
+    svc = services()
+    checks = {"cluster": svc.backend.ready(), "tls": svc.tls_ready()}
+    ok = all(passed for passed, _ in checks.values())
+    body = {"ready": ok, "checks": {name: {"ok": p, "detail": d} for name, (p, d) in checks.items()}}
+    return json_response(body, 200 if ok else 503)
+
+
+@blueprint.get("/metrics")
+def metrics() -> Response:
+    svc = services()
+    svc.metrics.cache_rejected.set(svc.engine.store.rejected)
+    return Response(generate_latest(svc.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+@blueprint.get("/inspect")
+def inspect() -> Response:
+    svc = services()
+    engine = svc.engine
+    body = inspection.summarize(engine.snapshot(), engine.proposals.view(engine.clock()))
+    body["mode"] = "embedded" if svc.backend.embedded else "kubernetes"
+    body["caches"] = engine.store.sync_state()
+    return json_response(body)

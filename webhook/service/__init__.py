@@ -1,0 +1,1 @@
+"""Process-level wiring: settings, logging, the gunicorn server and what it serves."""

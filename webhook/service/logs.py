@@ -1,0 +1,49 @@
+"""Logging to stdout, plain or JSON lines; decisions carry their fields as structured data."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        decision = getattr(record, "decision", None)
+        if decision:
+            entry.update(decision)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class PlainFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        decision = getattr(record, "decision", None)
+        if decision:
+            text += " " + " ".join(f"{k}={v}" for k, v in decision.items() if v not in (None, ""))
+        return text
+
+
+def configure(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The official client logs every request body at DEBUG; keep it at WARNING unless asked.
+    logging.getLogger("kubernetes").setLevel(max(logging.WARNING, root.level))
+    logging.getLogger("urllib3").setLevel(max(logging.WARNING, root.level))

@@ -1,0 +1,161 @@
+"""``imex-webhook serve``: gunicorn (gthread workers, TLS) serving the Flask app.
+
+gthread keeps connections alive, so kube-scheduler and kube-apiserver pay the TLS handshake once per
+connection (the sync worker re-handshakes per request and is ~4x slower). gunicorn wraps every accepted
+connection with a fresh SSL context built from the certificate files, so rotated files take effect on
+the next connection while in-flight requests finish on the old one.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from certs import files as cert_files
+from webhook.domain.policy import Policy
+from webhook.http.app import create_app
+from webhook.service.settings import WORKER_TIMEOUT, Settings
+from webhook.state.backend import Backend
+from webhook.state.cluster import ClusterStore
+from webhook.state.engine import Engine
+
+log = logging.getLogger("imex_webhook.serve")
+
+
+def tls_files(settings: Settings) -> tuple[Path, Path, Path | None]:
+    """(cert, key, CA or None): given files, or a --tls-dir made on first use."""
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        return settings.tls_cert, settings.tls_key, None
+    assert settings.tls_dir is not None
+    host = settings.bind.rpartition(":")[0].strip("[]")
+    names = ["localhost", *cert_files.service_dns_names(settings.service_name, settings.namespace)]
+    ips = ["127.0.0.1", "::1"]
+    if host and host not in ("0.0.0.0", "::", "localhost") and host not in ips:
+        (ips if _is_ip(host) else names).append(host)
+    paths = cert_files.ensure_tls_dir(settings.tls_dir, names, ips)
+    verb = "created" if paths.created else "using"
+    log.info("%s TLS in %s; clients trust the CA at %s", verb, settings.tls_dir, paths.ca_cert)
+    return paths.cert, paths.key, paths.ca_cert
+
+
+def _is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def tls_check(cert: Path, key: Path) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            return False, f"certificate {cert} / key {key} do not load: {exc}"
+        return True, f"certificate {cert}"
+
+    return check
+
+
+def build_backend(settings: Settings, store: ClusterStore) -> Backend:
+    if settings.embedded:
+        from webhook.adapters import embedded
+
+        if settings.cluster_files:
+            return embedded.from_files(store, list(settings.cluster_files))
+        return embedded.from_demo(store)
+    from webhook.adapters import kube
+
+    return kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster, store,
+                        settings.holder)
+
+
+def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None) -> tuple[Flask, Engine, Backend]:
+    """Everything one worker serves: the cluster source, the engine and the app (started)."""
+    policy: Policy = settings.policy
+    store = ClusterStore(policy)
+    backend = build_backend(settings, store)
+    engine = Engine(store, backend.reservations, backend.binder, policy, holder=settings.holder,
+                    bind_budget=settings.bind_budget)
+    backend.start()
+    app = create_app(engine, backend, settings.max_body, tls_ready) if tls_ready else \
+        create_app(engine, backend, settings.max_body)
+    _start_housekeeping(engine, settings.housekeeping_interval)
+    return app, engine, backend
+
+
+def _start_housekeeping(engine: Engine, interval: float) -> None:
+    def loop() -> None:
+        stop = threading.Event()
+        while not stop.wait(interval):
+            try:
+                engine.housekeep()
+            except Exception:  # keep the loop alive; the next round retries
+                log.exception("reservation housekeeping failed")
+
+    threading.Thread(target=loop, name="housekeeping", daemon=True).start()
+
+
+def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    context = default_factory()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+class _Server(BaseApplication):  # type: ignore[misc]
+    def __init__(self, settings: Settings, cert: Path, key: Path) -> None:
+        self.settings = settings
+        self.cert = cert
+        self.key = key
+        super().__init__()
+
+    def load_config(self) -> None:
+        s = self.settings
+        workers = 1 if s.embedded else s.workers
+        options: dict[str, Any] = {
+            "bind": [s.bind],
+            "workers": workers,
+            "worker_class": "gthread",
+            "threads": s.threads,
+            "certfile": str(self.cert),
+            "keyfile": str(self.key),
+            "ssl_context": _ssl_context,
+            "timeout": WORKER_TIMEOUT,
+            "graceful_timeout": 30,
+            # kube-scheduler and kube-apiserver keep connections open between calls.
+            "keepalive": 75,
+            "accesslog": "-" if s.access_log else None,
+            "errorlog": "-",
+            "loglevel": s.log_level,
+            "proc_name": "imex-webhook",
+        }
+        if s.client_ca is not None:
+            options["ca_certs"] = str(s.client_ca)
+            options["cert_reqs"] = ssl.CERT_REQUIRED
+        for key, value in options.items():
+            if value is not None:
+                self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        # Runs in each worker after the fork: watch threads and caches must live in the worker.
+        app, _, _ = build(self.settings, tls_check(self.cert, self.key))
+        return app
+
+
+def serve(settings: Settings) -> int:
+    if settings.embedded and settings.workers > 1:
+        log.warning("the embedded cluster lives in one process: using 1 worker instead of %d", settings.workers)
+    cert, key, _ = tls_files(settings)
+    log.info("imex-webhook serving https://%s (%s mode); settings: %s", settings.bind,
+             "embedded" if settings.embedded else "kubernetes", settings.redacted())
+    _Server(settings, cert, key).run()
+    return 0

@@ -1,0 +1,140 @@
+"""Settings for ``imex-webhook serve``: read once at start-up from the command line, then frozen."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.domain import keys
+from webhook.domain.policy import Policy
+from webhook.http.app import DEFAULT_MAX_BODY
+
+DEFAULT_BIND = "127.0.0.1:8443"
+# kube-scheduler's default extender httpTimeout is 5 s; the bind budget (attach + binding) must stay under
+# the configured httpTimeout, and gunicorn's worker timeout above both so a slow bind is never killed.
+DEFAULT_BIND_BUDGET = 20.0
+WORKER_TIMEOUT = 120
+
+
+def default_tls_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "imex-webhook" / "tls"
+
+
+@dataclass(frozen=True)
+class Settings:
+    bind: str = DEFAULT_BIND
+    workers: int = 1
+    threads: int = 8
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_dir: Path | None = None
+    client_ca: Path | None = None
+    service_name: str = "imex-webhook"
+    namespace: str = "imex-system"
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+    cluster_files: tuple[Path, ...] = ()
+    fabric: str = "none"
+    max_body: int = DEFAULT_MAX_BODY
+    bind_budget: float = DEFAULT_BIND_BUDGET
+    housekeeping_interval: float = 30.0
+    log_format: str = "plain"
+    log_level: str = "info"
+    access_log: bool = False
+    holder: str = field(default_factory=lambda: f"{socket.gethostname()}/{os.getpid()}")
+    policy: Policy = field(default_factory=Policy)
+
+    @property
+    def embedded(self) -> bool:
+        return self.kubeconfig is None and not self.in_cluster
+
+    def redacted(self) -> dict[str, Any]:
+        """For the start-up log line; nothing here is secret, but key paths are all we ever show."""
+        out = asdict(self)
+        out["policy"] = asdict(self.policy)
+        return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("server")
+    net.add_argument("--bind", default=DEFAULT_BIND, help="HOST:PORT to listen on (default %(default)s)")
+    net.add_argument("--workers", type=int, default=1,
+                     help="gunicorn worker processes (default 1; the embedded cluster always uses 1)")
+    net.add_argument("--threads", type=int, default=8, help="threads per worker (gthread; default %(default)s)")
+    net.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
+                     help="largest request body in bytes (default %(default)s, room for a 5,000-node NodeList)")
+    net.add_argument("--bind-budget", type=float, default=DEFAULT_BIND_BUDGET,
+                     help="seconds /bind may spend (attach + binding); keep below the extender httpTimeout")
+    net.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    tls = parser.add_argument_group("TLS")
+    tls.add_argument("--tls-cert", type=Path, help="serving certificate (PEM); with --tls-key")
+    tls.add_argument("--tls-key", type=Path, help="serving key (PEM); with --tls-cert")
+    tls.add_argument("--tls-dir", type=Path,
+                     help="directory with ca.crt/tls.crt/tls.key, created if absent "
+                          f"(default without --tls-cert: {default_tls_dir()})")
+    tls.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA")
+    tls.add_argument("--service-name", default="imex-webhook", help="Service name for the certificate SANs")
+    tls.add_argument("--namespace", default="imex-system", help="namespace for the certificate SANs")
+    src = parser.add_argument_group("cluster state")
+    src.add_argument("--kubeconfig", type=Path, help="use the Kubernetes API from this kubeconfig")
+    src.add_argument("--in-cluster", action="store_true", help="use the in-cluster service account")
+    src.add_argument("--cluster", type=Path, action="append", default=[], metavar="FILE",
+                     help="embedded mode: Kubernetes objects (YAML/JSON, List or multi-document); repeatable")
+    src.add_argument("--fabric", default="none", help="fabric manager: URL, 'embedded' or 'none' (default)")
+    pol = parser.add_argument_group("policy")
+    pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
+                     help="node label naming the domain; repeatable, first present wins "
+                          f"(default {', '.join(keys.DEFAULT_DOMAIN_LABELS)})")
+    pol.add_argument("--channel-device-class", action="append", default=[], metavar="CLASS",
+                     help="DeviceClass of IMEX channels; repeatable "
+                          f"(default {', '.join(keys.DEFAULT_CHANNEL_DEVICE_CLASSES)})")
+    pol.add_argument("--scheduler-name", default="imex-scheduler", help="the dedicated scheduler profile")
+    pol.add_argument("--reservation-ttl", type=float, default=600.0,
+                     help="seconds a reservation lives with no member placed (default %(default)s)")
+    out = parser.add_argument_group("logging")
+    out.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    out.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+class SettingsError(Exception):
+    pass
+
+
+def from_args(ns: argparse.Namespace) -> Settings:
+    if (ns.tls_cert is None) != (ns.tls_key is None):
+        raise SettingsError("--tls-cert and --tls-key go together")
+    if ns.tls_cert is not None and ns.tls_dir is not None:
+        raise SettingsError("give either --tls-cert/--tls-key or --tls-dir, not both")
+    if ns.kubeconfig is not None and ns.in_cluster:
+        raise SettingsError("give either --kubeconfig or --in-cluster, not both")
+    if ns.cluster and (ns.kubeconfig is not None or ns.in_cluster):
+        raise SettingsError("--cluster files are for the embedded mode; drop them or drop --kubeconfig/--in-cluster")
+    if ns.workers < 1 or ns.threads < 1:
+        raise SettingsError("--workers and --threads must be at least 1")
+    _, sep, port = ns.bind.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SettingsError(f"--bind {ns.bind!r}: expected HOST:PORT")
+    for path in ns.cluster:
+        if not path.is_file():
+            raise SettingsError(f"--cluster {path}: no such file")
+    if ns.fabric not in ("none", "embedded") and not ns.fabric.startswith(("http://", "https://")):
+        raise SettingsError(f"--fabric {ns.fabric!r}: expected a URL, 'embedded' or 'none'")
+    policy = Policy(
+        domain_labels=tuple(ns.domain_label) or keys.DEFAULT_DOMAIN_LABELS,
+        channel_device_classes=tuple(ns.channel_device_class) or keys.DEFAULT_CHANNEL_DEVICE_CLASSES,
+        scheduler_name=ns.scheduler_name,
+        reservation_ttl=ns.reservation_ttl,
+    )
+    tls_dir = ns.tls_dir if ns.tls_dir is not None or ns.tls_cert is not None else default_tls_dir()
+    return Settings(
+        bind=ns.bind, workers=ns.workers, threads=ns.threads, tls_cert=ns.tls_cert, tls_key=ns.tls_key,
+        tls_dir=tls_dir, client_ca=ns.client_ca, service_name=ns.service_name, namespace=ns.namespace,
+        kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, cluster_files=tuple(ns.cluster), fabric=ns.fabric,
+        max_body=ns.max_body, bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
+        access_log=ns.access_log, policy=policy,
+    )

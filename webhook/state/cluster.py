@@ -1,0 +1,315 @@
+"""The in-process view of the cluster that filter and prioritize read: no API call on their path.
+
+Fed by watch events (Kubernetes mode) or by files and recorded bindings (embedded mode). Every object is
+parsed once when it arrives; per-pod derived facts (group, demand, node) are kept and the aggregates
+(GPUs used per node, members per group, domains) are updated incrementally, so building a snapshot is a
+few shallow copies and happens at most once per change, not once per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from webhook.domain import capacity, grouping, parsing
+from webhook.domain.errors import WireError
+from webhook.domain.model import (
+    Catalog,
+    ClaimSpec,
+    ComputeDomain,
+    Job,
+    Member,
+    Node,
+    ObjectKey,
+    Pod,
+    Reservation,
+    Snapshot,
+)
+from webhook.domain.policy import Policy
+
+log = logging.getLogger(__name__)
+
+KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job")
+
+
+@dataclass(frozen=True, slots=True)
+class _Derived:
+    pod: Pod
+    group_id: str | None
+    compute_domain: str | None
+    gpus: int  # what the pod holds on its node while bound and not terminated
+    member: Member | None
+
+
+def _key(obj: Mapping[str, Any]) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+class ClusterStore:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._lock = threading.RLock()
+        self._nodes: dict[str, Node] = {}
+        self._pods: dict[ObjectKey, _Derived] = {}
+        self._templates: dict[ObjectKey, ClaimSpec] = {}
+        self._claims: dict[ObjectKey, ClaimSpec] = {}
+        self._cds: dict[str, ComputeDomain] = {}
+        self._cd_keys: dict[ObjectKey, str] = {}
+        self._jobs: dict[ObjectKey, Job] = {}
+        self._used: dict[str, int] = defaultdict(int)
+        self._node_groups: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._node_cds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._members: dict[str, dict[ObjectKey, Member]] = defaultdict(dict)
+        self._fabric_free: dict[str, int] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._synced: dict[str, bool] = {}
+        self._version = 0
+        self._snapshot: Snapshot | None = None
+        self.rejected: int = 0  # objects that could not be parsed (logged, counted, skipped)
+        self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
+
+    # -- feeding -------------------------------------------------------------------------------------
+
+    def expect(self, kinds: Iterable[str]) -> None:
+        """Declare the kinds whose initial list must arrive before the store counts as synced."""
+        with self._lock:
+            for kind in kinds:
+                self._synced.setdefault(kind, False)
+
+    def mark_synced(self, kind: str, synced: bool = True) -> None:
+        with self._lock:
+            self._synced[kind] = synced
+
+    def sync_state(self) -> dict[str, bool]:
+        with self._lock:
+            return dict(self._synced)
+
+    @property
+    def synced(self) -> bool:
+        with self._lock:
+            return all(self._synced.values())
+
+    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        """A full relist: whatever is not in ``objects`` is gone."""
+        objects = list(objects)
+        with self._lock:
+            present = {_key(o) for o in objects}
+            self._deferred = set()
+            try:
+                for key in [k for k in self._keys(kind) if k not in present]:
+                    self._remove(kind, key)
+                for obj in objects:
+                    self._upsert(kind, obj)
+            finally:
+                namespaces, self._deferred = self._deferred, None
+            for namespace in sorted(namespaces):
+                self._rederive(namespace)
+            self._changed(kind == "Pod")
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        """One watch event: ADDED, MODIFIED or DELETED."""
+        with self._lock:
+            if event == "DELETED":
+                self._remove(kind, _key(obj))
+            else:
+                self._upsert(kind, obj)
+            self._changed(kind == "Pod")
+
+    def set_fabric_free(self, free: Mapping[str, int]) -> None:
+        with self._lock:
+            if dict(free) != self._fabric_free:
+                self._fabric_free = dict(free)
+                self._changed(False)
+
+    def set_reservations(self, reservations: Mapping[str, Reservation]) -> None:
+        with self._lock:
+            self._reservations = dict(reservations)
+            self._changed(False)
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            if self._snapshot is None or self._snapshot.version != self._version:
+                self._snapshot = self._build()
+            return self._snapshot
+
+    def pod(self, namespace: str, name: str) -> Pod | None:
+        with self._lock:
+            derived = self._pods.get((namespace, name))
+            return derived.pod if derived else None
+
+    def raw_counts(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "Node": len(self._nodes), "Pod": len(self._pods), "ResourceClaim": len(self._claims),
+                "ResourceClaimTemplate": len(self._templates), "ComputeDomain": len(self._cds),
+                "Job": len(self._jobs),
+            }
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _keys(self, kind: str) -> list[ObjectKey]:
+        if kind == "Node":
+            return [("", n) for n in self._nodes]
+        if kind == "ComputeDomain":
+            return list(self._cd_keys)
+        tables: dict[str, dict[ObjectKey, Any]] = {
+            "Pod": dict(self._pods), "ResourceClaim": self._claims,
+            "ResourceClaimTemplate": self._templates, "Job": self._jobs,
+        }
+        return list(tables[kind])
+
+    def _changed(self, pods_only: bool) -> None:
+        self._version += 1
+
+    def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
+        try:
+            if kind == "Node":
+                node = parsing.node(obj, self.policy.domain_labels)
+                self._nodes[node.name] = node
+            elif kind == "Pod":
+                self._set_pod(parsing.pod(obj, "pod"))
+            elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+                spec = parsing.claim_spec(obj, template=kind == "ResourceClaimTemplate", path=kind)
+                table = self._templates if kind == "ResourceClaimTemplate" else self._claims
+                table[(spec.namespace, spec.name)] = spec
+                self._rederive(spec.namespace)
+            elif kind == "ComputeDomain":
+                cd = parsing.compute_domain(obj)
+                self._cds[cd.uid] = cd
+                self._cd_keys[(cd.namespace, cd.name)] = cd.uid
+                self._rederive(cd.namespace)
+            elif kind == "Job":
+                job = parsing.job(obj)
+                self._jobs[(job.namespace, job.name)] = job
+                self._rederive(job.namespace)
+            else:
+                raise ValueError(f"unknown kind {kind}")
+        except WireError as exc:
+            self.rejected += 1
+            log.warning("skipping malformed %s %s: %s", kind, "/".join(_key(obj)), exc)
+
+    def _remove(self, kind: str, key: ObjectKey) -> None:
+        if kind == "Node":
+            self._nodes.pop(key[1], None)
+        elif kind == "Pod":
+            self._unset_pod(key)
+        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            table = self._templates if kind == "ResourceClaimTemplate" else self._claims
+            if table.pop(key, None) is not None:
+                self._rederive(key[0])
+        elif kind == "ComputeDomain":
+            uid = self._cd_keys.pop(key, None)
+            if uid is not None:
+                self._cds.pop(uid, None)
+                self._rederive(key[0])
+        elif kind == "Job":
+            if self._jobs.pop(key, None) is not None:
+                self._rederive(key[0])
+
+    def _catalog(self) -> Catalog:
+        return Catalog(self._templates, self._claims, self._cds, self._jobs)
+
+    def _derive(self, pod: Pod) -> _Derived:
+        catalog = self._catalog()
+        resolution = grouping.resolve(pod, catalog, self.policy)
+        need = capacity.demand(pod, catalog, self.policy)
+        group = resolution.group
+        held = 0
+        if pod.node_name and not pod.terminated:
+            node = self._nodes.get(pod.node_name)
+            held = node.gpus if need.whole_node and node else need.gpus
+        member = Member(pod, need) if group is not None else None
+        return _Derived(pod, group.id if group else None, group.compute_domain if group else None, held, member)
+
+    def _set_pod(self, pod: Pod) -> None:
+        self._unset_pod(pod.key)
+        derived = self._derive(pod)
+        self._pods[pod.key] = derived
+        node = pod.node_name
+        if node and not pod.terminated:
+            self._used[node] += derived.gpus
+            if derived.group_id:
+                self._node_groups[node][derived.group_id] += 1
+            if derived.compute_domain:
+                self._node_cds[node][derived.compute_domain] += 1
+        if derived.group_id and derived.member is not None:
+            self._members[derived.group_id][pod.key] = derived.member
+
+    def _unset_pod(self, key: ObjectKey) -> None:
+        old = self._pods.pop(key, None)
+        if old is None:
+            return
+        node = old.pod.node_name
+        if node and not old.pod.terminated:
+            self._used[node] -= old.gpus
+            if self._used[node] <= 0:
+                del self._used[node]
+            for table, value in ((self._node_groups, old.group_id), (self._node_cds, old.compute_domain)):
+                if value:
+                    table[node][value] -= 1
+                    if table[node][value] <= 0:
+                        del table[node][value]
+                    if not table[node]:
+                        del table[node]
+        if old.group_id:
+            members = self._members.get(old.group_id)
+            if members is not None:
+                members.pop(key, None)
+                if not members:
+                    del self._members[old.group_id]
+
+    def _rederive(self, namespace: str) -> None:
+        # Group identity and demand depend on templates, claims, ComputeDomains and Jobs; pods that
+        # arrived before those objects are re-derived when they show up.
+        if self._deferred is not None:
+            self._deferred.add(namespace)
+            return
+        for key in [k for k in self._pods if k[0] == namespace]:
+            self._set_pod(self._pods[key].pod)
+
+    def _build(self) -> Snapshot:
+        domains: dict[str, list[str]] = defaultdict(list)
+        for node in self._nodes.values():
+            if node.domain:
+                domains[node.domain].append(node.name)
+        return Snapshot(
+            nodes=dict(self._nodes),
+            used_gpus=dict(self._used),
+            node_groups={n: frozenset(g) for n, g in self._node_groups.items()},
+            node_compute_domains={n: frozenset(c) for n, c in self._node_cds.items()},
+            members={g: tuple(m.values()) for g, m in self._members.items()},
+            domains={d: tuple(sorted(ns)) for d, ns in domains.items()},
+            catalog=Catalog(dict(self._templates), dict(self._claims), dict(self._cds), dict(self._jobs)),
+            fabric_free=dict(self._fabric_free),
+            reservations=dict(self._reservations),
+            version=self._version,
+        )
+
+    def bind_locally(self, namespace: str, name: str, node: str) -> Pod:
+        """Embedded mode: record a binding as the API server would (set spec.nodeName)."""
+        with self._lock:
+            derived = self._pods.get((namespace, name))
+            if derived is None:
+                raise KeyError(f"{namespace}/{name}")
+            bound = replace(derived.pod, node_name=node)
+            self._set_pod(bound)
+            self._changed(True)
+            return bound
+
+    def put_pod(self, pod: Pod) -> None:
+        """Embedded mode: remember a pod the scheduler asked about (there is no watch to tell us)."""
+        with self._lock:
+            current = self._pods.get(pod.key)
+            if current is not None and current.pod == pod:
+                return
+            if current is not None and current.pod.node_name and not pod.node_name:
+                return  # our own binding is newer than the scheduler's copy of the pod
+            self._set_pod(pod)
+            self._changed(True)

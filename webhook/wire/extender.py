@@ -1,0 +1,64 @@
+"""kube-scheduler extender wire types.
+
+Mirrors ``k8s.io/kube-scheduler/extender/v1/types.go``. Those Go structs have no json tags and no
+``omitempty``, so the keys on the wire are the Go field names (``Pod``, ``NodeNames``, ...) and a nil
+pointer or nil map arrives as ``null``. Replies use the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# A Kubernetes object as it is on the wire (lowercase camelCase keys); parsed in webhook.domain.parsing.
+KubeObject = dict[str, Any]
+
+
+class NodeList(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: dict[str, Any]
+    items: list[KubeObject]
+
+
+class ExtenderArgs(TypedDict):
+    """``ExtenderArgs``: the body of /filter and /prioritize."""
+
+    Pod: KubeObject
+    Nodes: NodeList | None  # filled when the extender is not nodeCacheCapable
+    NodeNames: list[str] | None  # filled when it is
+
+
+class ExtenderFilterResult(TypedDict):
+    """``ExtenderFilterResult``: the reply to /filter. Node maps are node name -> reason."""
+
+    Nodes: NodeList | None
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+class HostPriority(TypedDict):
+    """One entry of ``HostPriorityList``, the reply to /prioritize (Score 0..MaxExtenderPriority)."""
+
+    Host: str
+    Score: int
+
+
+class ExtenderBindingArgs(TypedDict):
+    """``ExtenderBindingArgs``: the body of /bind. No pod spec, no node object."""
+
+    PodName: str
+    PodNamespace: str
+    PodUID: str
+    Node: str
+
+
+class ExtenderBindingResult(TypedDict):
+    """``ExtenderBindingResult``: the reply to /bind; an empty ``Error`` means bound."""
+
+    Error: str
+
+
+MIN_EXTENDER_PRIORITY = 0
+MAX_EXTENDER_PRIORITY = 10
