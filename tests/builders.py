@@ -1,0 +1,67 @@
+"""Small builders for Kubernetes objects and snapshots, so table-driven tests state only what matters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.adapters import demo
+from webhook.domain import keys
+from webhook.domain.model import Reservation, Snapshot
+from webhook.domain.policy import Policy
+from webhook.state.cluster import ClusterStore
+
+
+def node(name: str, gpus: int = 4, domain: str | None = None, zone: str | None = None, slots: int = 0,
+         compute_domain: str | None = None, label: str = keys.CLIQUE_LABEL) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    if domain:
+        labels[label] = domain
+    if zone:
+        labels[keys.FABRIC_ZONE_LABEL] = zone
+    if compute_domain:
+        labels[keys.COMPUTE_DOMAIN_LABEL] = compute_domain
+    annotations = {keys.FABRIC_SLOTS_ANNOTATION: str(slots)} if slots else {}
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "status": {"allocatable": {keys.GPU_RESOURCE: str(gpus)}}}
+
+
+def cd_objects(name: str, num_nodes: int, namespace: str = "ml") -> list[dict[str, Any]]:
+    cd = demo.compute_domain(name, num_nodes)
+    rct = demo.channel_template(name)
+    for obj in (cd, rct):
+        obj["metadata"]["namespace"] = namespace
+    return [cd, rct]
+
+
+def cd_uid(name: str, namespace: str = "ml") -> str:
+    return demo.uid("cd", namespace, name)
+
+
+def pod(name: str, cd: str | None = None, gpus: int = 4, node: str | None = None, phase: str = "Pending",
+        annotations: dict[str, str] | None = None, namespace: str = "ml") -> dict[str, Any]:
+    return demo.pod(name, cd, gpus, node=node, phase=phase, annotations=annotations, namespace=namespace)
+
+
+def store(objects: list[dict[str, Any]], policy: Policy | None = None,
+          fabric_free: dict[str, int] | None = None) -> ClusterStore:
+    s = ClusterStore(policy or Policy())
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    for kind in ("Node", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job", "Pod"):
+        s.replace(kind, by_kind.get(kind, []))
+    if fabric_free:
+        s.set_fabric_free(fabric_free)
+    return s
+
+
+def snapshot(objects: list[dict[str, Any]], reservations: dict[str, Reservation] | None = None,
+             fabric_free: dict[str, int] | None = None, policy: Policy | None = None) -> Snapshot:
+    from dataclasses import replace
+
+    snap = store(objects, policy, fabric_free).snapshot()
+    return replace(snap, reservations=reservations or {})
+
+
+def rack(prefix: str, domain: str, count: int, gpus: int = 4) -> list[dict[str, Any]]:
+    return [node(f"{prefix}-{i:02d}", gpus, domain) for i in range(count)]

@@ -1,0 +1,71 @@
+"""The ClusterStore: incremental aggregates follow adds, updates, deletes and relists; pods that arrive
+before their ComputeDomain's template are re-derived when it shows up; snapshots are cached per change;
+malformed objects are skipped and counted."""
+
+from __future__ import annotations
+
+from tests import builders
+from webhook.domain.policy import Policy
+from webhook.state.cluster import ClusterStore
+
+A = "aaaa-1111.7"
+
+
+def test_gpu_use_follows_pod_binding_and_completion() -> None:
+    store = builders.store(builders.rack("a", A, 1))
+    store.apply("Pod", "ADDED", builders.pod("p", gpus=3))
+    assert store.snapshot().used_gpus == {}
+    store.apply("Pod", "MODIFIED", builders.pod("p", gpus=3, node="a-00", phase="Running"))
+    assert store.snapshot().used_gpus == {"a-00": 3}
+    store.apply("Pod", "MODIFIED", builders.pod("p", gpus=3, node="a-00", phase="Succeeded"))
+    assert store.snapshot().used_gpus == {}
+
+
+def test_deleting_a_pod_releases_its_gpus_and_membership() -> None:
+    store = builders.store([*builders.rack("a", A, 1), *builders.cd_objects("job", 2)])
+    pod = builders.pod("job-0", cd="job", node="a-00", phase="Running")
+    store.apply("Pod", "ADDED", pod)
+    snap = store.snapshot()
+    assert snap.used_gpus == {"a-00": 4} and len(snap.members) == 1 and snap.node_groups["a-00"]
+    store.apply("Pod", "DELETED", pod)
+    snap = store.snapshot()
+    assert snap.used_gpus == {} and snap.members == {} and snap.node_groups == {} and snap.node_compute_domains == {}
+
+
+def test_a_pod_seen_before_its_template_joins_the_group_when_the_template_arrives() -> None:
+    store = builders.store(builders.rack("a", A, 1))
+    store.apply("Pod", "ADDED", builders.pod("job-0", cd="job"))
+    assert store.snapshot().members == {}
+    for obj in builders.cd_objects("job", 2):
+        store.apply(obj["kind"], "ADDED", obj)
+    assert list(store.snapshot().members) == [f"cd:{builders.cd_uid('job')}"]
+
+
+def test_a_relist_drops_what_is_gone() -> None:
+    store = builders.store(builders.rack("a", A, 3))
+    store.replace("Node", builders.rack("a", A, 1))
+    assert sorted(store.snapshot().nodes) == ["a-00"]
+    assert store.snapshot().domains == {A: ("a-00",)}
+
+
+def test_snapshots_are_reused_until_something_changes() -> None:
+    store = builders.store(builders.rack("a", A, 2))
+    first = store.snapshot()
+    assert store.snapshot() is first
+    store.apply("Node", "MODIFIED", builders.node("a-00", 8, A))
+    assert store.snapshot() is not first and store.snapshot().nodes["a-00"].gpus == 8
+
+
+def test_malformed_objects_are_skipped_and_counted() -> None:
+    store = ClusterStore(Policy())
+    store.apply("Node", "ADDED", {"metadata": {"name": "bad"}, "status": {"allocatable": {"nvidia.com/gpu": "x"}}})
+    assert store.rejected == 1 and store.snapshot().nodes == {}
+
+
+def test_sync_state_is_false_until_every_expected_kind_is_listed() -> None:
+    store = ClusterStore(Policy())
+    store.expect(["Node", "Pod"])
+    store.mark_synced("Node")
+    assert not store.synced
+    store.mark_synced("Pod")
+    assert store.synced and store.sync_state() == {"Node": True, "Pod": True}
