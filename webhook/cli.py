@@ -41,10 +41,18 @@ def parser() -> argparse.ArgumentParser:
                                        "embedded: --cluster files, or the built-in demo topology.")
     settings.add_arguments(serve)
     serve.set_defaults(run=_serve)
+    sub.add_parser("certs", help="create a CA and a serving certificate for the Service",
+                           add_help=False, description="Same as python -m certs; see --help.")
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["certs"]:
+        # The certificate tool owns its flags (it is also `python -m certs`); hand them over untouched.
+        from certs import cli as certs_cli
+
+        return certs_cli.main(args[1:])
+    ns = parser().parse_args(args)
     code: int = ns.run(ns)
     return code

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import socket
 import ssl
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-# `pytest` (unlike `python -m pytest`) does not put the checkout on sys.path, and the project may not
-# be installed into the venv; make `import certs` find the package next to tests/ either way.
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from certs import issue  # noqa: E402
+from certs import issue
 
 SERVICE, NAMESPACE = "svc", "ns"
 # The TLS ServerName kube-apiserver sends when it calls a webhook Service.

@@ -19,6 +19,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from certs import files as cert_files
+from certs import issue as cert_issue
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.service.settings import WORKER_TIMEOUT, Settings
@@ -35,14 +36,15 @@ def tls_files(settings: Settings) -> tuple[Path, Path, Path | None]:
         return settings.tls_cert, settings.tls_key, None
     assert settings.tls_dir is not None
     host = settings.bind.rpartition(":")[0].strip("[]")
-    names = ["localhost", *cert_files.service_dns_names(settings.service_name, settings.namespace)]
+    names = ["localhost", *cert_issue.service_dns_names(settings.service_name, settings.namespace)]
     ips = ["127.0.0.1", "::1"]
     if host and host not in ("0.0.0.0", "::", "localhost") and host not in ips:
         (ips if _is_ip(host) else names).append(host)
-    paths = cert_files.ensure_tls_dir(settings.tls_dir, names, ips)
-    verb = "created" if paths.created else "using"
-    log.info("%s TLS in %s; clients trust the CA at %s", verb, settings.tls_dir, paths.ca_cert)
-    return paths.cert, paths.key, paths.ca_cert
+    made = cert_files.ensure_tls_dir(settings.tls_dir, names, ips)
+    verb = "created" if made.created else ("re-issued serving certificate" if made.reissued else "using")
+    log.info("%s TLS in %s%s; clients trust the CA at %s", verb, settings.tls_dir,
+             f" ({made.reason})" if made.reason else "", made.paths.ca_cert)
+    return made.paths.cert, made.paths.key, made.paths.ca_cert
 
 
 def _is_ip(text: str) -> bool:
@@ -141,6 +143,10 @@ class _Server(BaseApplication):  # type: ignore[misc]
         if s.client_ca is not None:
             options["ca_certs"] = str(s.client_ca)
             options["cert_reqs"] = ssl.CERT_REQUIRED
+        if "control_socket_disable" in self.cfg.settings:
+            # gunicorn >= 25.1 opens a control socket in $HOME by default: a shared path that two servers on
+            # one machine fight over, and a write a read-only root filesystem refuses.
+            options["control_socket_disable"] = True
         for key, value in options.items():
             if value is not None:
                 self.cfg.set(key, value)

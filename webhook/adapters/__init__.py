@@ -1,0 +1,1 @@
+"""Adapters: one module per external system (Kubernetes API, embedded files, fabric manager, NVML)."""
