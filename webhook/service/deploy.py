@@ -1,0 +1,113 @@
+"""The one source of truth for how the pieces find and trust each other in a cluster.
+
+The manifests in ``manifests/`` and the scheduler configuration are checked against these values by the
+tests (tests/deploy), so the Service port, the extender verbs, the TLS names and the timeouts cannot drift
+apart from what ``serve`` actually does.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import yaml
+
+from certs import cli as certs_cli
+from webhook.service import settings
+
+SERVICE_NAME = "imex-webhook"
+NAMESPACE = "imex-system"
+CONTAINER_PORT = 8443
+SERVICE_PORT = 443
+SCHEDULER_NAME = "imex-scheduler"
+SCHEDULER_CONFIG_MAP = certs_cli.SCHEDULER_CONFIG_MAP_NAME
+SCHEDULER_CONFIG_KEY = certs_cli.SCHEDULER_CONFIG_KEY
+SCHEDULER_CONFIG_DIR = "/etc/imex-scheduler/config"
+EXTENDER_CA_FILE = certs_cli.EXTENDER_CA_FILE
+WEBHOOK_CONFIGURATION = certs_cli.WEBHOOK_CONFIGURATION_NAME
+WEBHOOK_NAME = "pods.imex-webhook.io"
+WEBHOOK_PATH = "/mutate"
+
+# The extender verbs are the Flask routes of webhook.http.extender.
+VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind"}
+# One HTTP client timeout covers every verb, bind included: it must exceed our bind budget (attach +
+# binding) so the scheduler never abandons a bind we are still completing.
+EXTENDER_HTTP_TIMEOUT_S = int(settings.DEFAULT_BIND_BUDGET) + 10
+# The scheduler adds Score x weight x 10 per extender; the default plugins add at most about 1,200 in
+# total, so weight 20 (up to 2,000) lets the domain-aware score dominate without being the only voice.
+EXTENDER_WEIGHT = 20
+# Mutating admission runs in series on every matched pod CREATE; 5 s bounds the damage of a slow replica
+# far below the API server's 30 s limit while leaving room for a cold cache.
+WEBHOOK_TIMEOUT_S = 5
+
+
+def service_dns() -> str:
+    return f"{SERVICE_NAME}.{NAMESPACE}.svc"
+
+
+def scheduler_config(ca_pem: bytes | None = None) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration of the dedicated scheduler.
+
+    Without ``ca_pem`` the extender's CA comes from the mounted Secret file, so a missing CA fails closed
+    (kube-scheduler refuses to start) instead of falling back to an unverified connection, which is what
+    it does with ``enableHTTPS`` and no CA at all. ``imex-webhook certs --kustomize`` inlines it as caData.
+    """
+    tls: dict[str, Any] = {"serverName": service_dns()}
+    if ca_pem is None:
+        tls["caFile"] = EXTENDER_CA_FILE
+    else:
+        tls["caData"] = base64.b64encode(ca_pem).decode()
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": True, "resourceNamespace": NAMESPACE, "resourceName": SCHEDULER_NAME},
+        # Every node must reach the extender: a sample would hide most of a domain from the domain choice.
+        "percentageOfNodesToScore": 100,
+        "profiles": [{"schedulerName": SCHEDULER_NAME, "percentageOfNodesToScore": 100}],
+        "extenders": [{
+            "urlPrefix": f"https://{service_dns()}:{SERVICE_PORT}",
+            **VERBS,
+            "weight": EXTENDER_WEIGHT,
+            "enableHTTPS": True,
+            "nodeCacheCapable": True,
+            "httpTimeout": f"{EXTENDER_HTTP_TIMEOUT_S}s",
+            "ignorable": False,
+            "tlsConfig": tls,
+            # In fabric mode a node's allocatable does not yet show GPUs we will attach at bind time, so
+            # NodeResourcesFit must not reject it; the extender does the GPU arithmetic instead.
+            "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}],
+        }],
+    }
+
+
+def render_scheduler_config(ca_pem: bytes | None = None) -> str:
+    return yaml.safe_dump(scheduler_config(ca_pem), sort_keys=False)
+
+
+class _Literal(str):
+    """A multi-line string written as a YAML block, so the embedded config stays readable."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _literal(dumper: yaml.SafeDumper, data: _Literal) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+
+
+_Dumper.add_representer(_Literal, _literal)
+
+
+def render_manifest(obj: dict[str, Any]) -> str:
+    head = "# Rendered from webhook/service/deploy.py (the tests check that they agree): edit that file.\n"
+    return head + yaml.dump(obj, Dumper=_Dumper, sort_keys=False)
+
+
+def scheduler_config_map(ca_pem: bytes | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": SCHEDULER_CONFIG_MAP, "namespace": NAMESPACE},
+        "data": {SCHEDULER_CONFIG_KEY: _Literal(render_scheduler_config(ca_pem))},
+    }
