@@ -28,6 +28,23 @@ def _serve(ns: argparse.Namespace) -> int:
         return 1
 
 
+def _certs(args: list[str]) -> int:
+    """``python -m certs``, plus the scheduler's caData in the kustomize component it writes."""
+    from pathlib import Path
+
+    from certs import cli as certs_cli
+    from certs import files as certs_files
+    from webhook.service import deploy
+
+    code = certs_cli.main(args)
+    known, _ = certs_cli.build_parser().parse_known_args(args)
+    if code == 0 and getattr(known, "kustomize", None):
+        ca_pem = (Path(known.out) / certs_files.CA_CERT).read_bytes()
+        written = deploy.add_scheduler_ca_to_component(Path(known.kustomize), ca_pem)
+        print(f"wrote {written} (extender tlsConfig.caData)", file=sys.stderr)
+    return code
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="imex-webhook",
@@ -50,9 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["certs"]:
         # The certificate tool owns its flags (it is also `python -m certs`); hand them over untouched.
-        from certs import cli as certs_cli
-
-        return certs_cli.main(args[1:])
+        return _certs(args[1:])
     ns = parser().parse_args(args)
     code: int = ns.run(ns)
     return code
