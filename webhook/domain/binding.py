@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from webhook.domain import capacity, filtering, grouping, placement
+from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -17,6 +18,12 @@ class BindPlan:
     reservation: Reservation | None  # to store before binding (group pods), domain = the node's domain
     attach_gpus: int  # fabric GPUs to attach before binding (the fabric seam)
     group_name: str | None
+    attachment: Attachment | None = None  # the pod's live attachment on this node, if one is under way
+
+    @property
+    def needs_fabric(self) -> bool:
+        """Attach now, or finish an attachment a previous bind started (it is not Ready yet)."""
+        return self.attach_gpus > 0 or (self.attachment is not None and self.attachment.phase is not Phase.READY)
 
 
 def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: Policy,
@@ -65,7 +72,11 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
             domain=node.domain, size=reservation.size, gpus_per_pod=reservation.gpus_per_pod,
             one_pod_per_node=reservation.one_pod_per_node, created_at=now, holder=holder,
         )
-    fit = capacity.node_fit(node, need, snapshot)
+    own = capacity.own_attachment(pod.uid, snapshot)
+    if own is not None and own.node != node_name:
+        raise DecisionError(f"fabric GPUs are being attached to node {own.node} for pod {pod.ref} (attachment "
+                            f"{own.name}, phase {own.phase.value}); the scheduler retries there")
+    fit = capacity.node_fit(node, need, snapshot, pod.uid)
     if fit.verdict is not capacity.Verdict.FITS:
         raise DecisionError(f"node {node_name} no longer fits pod {pod.ref}: {fit.reason}")
-    return BindPlan(False, reservation, fit.attach, group.name)
+    return BindPlan(False, reservation, fit.attach, group.name, own)

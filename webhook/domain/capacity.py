@@ -9,8 +9,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Catalog, Demand, Group, Node, Pod, Snapshot
 from webhook.domain.policy import Policy
+
+# Phases in which a pod's attached GPUs are composed to the node but not yet in its allocatable.
+IN_FLIGHT = frozenset({Phase.PENDING, Phase.COMPOSING, Phase.ATTACHED})
+# Phases in which the attachment still belongs to the pod (it has not been given up).
+LIVE = IN_FLIGHT | {Phase.READY}
 
 
 def demand(pod: Pod, catalog: Catalog, policy: Policy) -> Demand:
@@ -48,8 +54,22 @@ class Fit:
     left_over: int  # GPUs free on the node after the pod, counting attachable ones
 
 
-def free_local(node: Node, snapshot: Snapshot) -> int:
-    return max(0, node.gpus - snapshot.used_gpus.get(node.name, 0))
+def own_attachment(pod_uid: str, snapshot: Snapshot) -> Attachment | None:
+    """The pod's fabric attachment while it is still live (not failed, released or detached)."""
+    att = snapshot.attachments.get(pod_uid) if pod_uid else None
+    return att if att is not None and att.phase in LIVE and not att.deleting else None
+
+
+def free_local(node: Node, snapshot: Snapshot, pod_uid: str = "") -> int:
+    """Free GPUs on the node for this pod: allocatable minus bound pods, minus GPUs attached for other
+    pods that have not bound yet, plus this pod's own attachment while it is still on its way in."""
+    free = node.gpus - snapshot.used_gpus.get(node.name, 0) - snapshot.promised_gpus.get(node.name, 0)
+    own = own_attachment(pod_uid, snapshot)
+    if own is not None and own.node == node.name:
+        # In flight: composed but not in allocatable yet. Ready: in allocatable and in promised_gpus, but
+        # promised to this very pod. Either way the pod may count them.
+        free += own.gpus
+    return max(0, free)
 
 
 def attachable(node: Node, snapshot: Snapshot) -> int:
@@ -58,9 +78,9 @@ def attachable(node: Node, snapshot: Snapshot) -> int:
     return min(node.fabric_slots, snapshot.fabric_free.get(node.fabric_zone, 0))
 
 
-def node_fit(node: Node, need: Demand, snapshot: Snapshot) -> Fit:
+def node_fit(node: Node, need: Demand, snapshot: Snapshot, pod_uid: str = "") -> Fit:
     """Whether one pod with ``need`` fits on ``node`` right now, and why not if it does not."""
-    local = free_local(node, snapshot)
+    local = free_local(node, snapshot, pod_uid)
     fabric = attachable(node, snapshot)
     if need.whole_node:
         if node.gpus == 0:

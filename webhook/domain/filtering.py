@@ -28,6 +28,7 @@ class Context:
     proposal: Reservation | None  # a choice made by this call, to be remembered until bind stores it
     reason: str  # why this domain, or why none
     resolvable_later: bool = False
+    pod_uid: str = ""
 
     @property
     def group(self) -> Group | None:
@@ -72,12 +73,12 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         return None
     need = capacity.demand(pod, snapshot.catalog, policy)
     if resolution.problems:
-        return Context(resolution, need, None, None, None, "; ".join(resolution.problems))
+        return Context(resolution, need, None, None, None, "; ".join(resolution.problems), pod_uid=pod.uid)
     existing = current_reservation(group, snapshot, proposals, policy, now)
     if existing is not None:
         origin = "reserved" if existing.version else "proposed"
         return Context(resolution, need, existing.domain, existing, None,
-                       f"domain {origin} for the group at {existing.created_at:.0f}")
+                       f"domain {origin} for the group at {existing.created_at:.0f}", pod_uid=pod.uid)
     known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
     choice = placement.choose(
         group, resolution.size, need, snapshot,
@@ -85,7 +86,7 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         pending_self=not pod.uid or pod.uid not in known,
     )
     if choice.domain is None:
-        return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later)
+        return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later, pod.uid)
     _, placed, _ = placement.members_summary(snapshot.members.get(group.id, ()))
     proposal = Reservation(
         group_id=group.id,
@@ -98,7 +99,7 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         created_at=now,
         holder=holder,
     )
-    return Context(resolution, need, choice.domain, proposal, proposal, choice.reason)
+    return Context(resolution, need, choice.domain, proposal, proposal, choice.reason, pod_uid=pod.uid)
 
 
 def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
@@ -128,9 +129,13 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     node_cds = snapshot.node_compute_domains
     cd = group.compute_domain
     where = f"{group.kind.value} group {group.namespace}/{group.name} is placed in domain {domain}"
+    attaching = capacity.own_attachment(pod.uid, snapshot)
     for name in candidates:
         node = nodes.get(name)
-        if node is None:
+        if attaching is not None and name != attaching.node:
+            unresolvable[name] = (f"fabric GPUs are being attached to node {attaching.node} for this pod "
+                                  f"(attachment {attaching.name}, phase {attaching.phase.value}); it binds there")
+        elif node is None:
             unresolvable[name] = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
         elif node.domain is None:
             unresolvable[name] = (f"node has no NVLink or fabric domain label ({', '.join(policy.domain_labels)}); "
@@ -148,7 +153,7 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
             unresolvable[name] = ("node already runs a pod of this ComputeDomain; the driver publishes one "
                                   "IMEX channel per node, so members need one node each")
         else:
-            fit = capacity.node_fit(node, need, snapshot)
+            fit = capacity.node_fit(node, need, snapshot, pod.uid)
             if fit.verdict is Verdict.FITS:
                 passed.append(name)
             elif fit.verdict is Verdict.BUSY:

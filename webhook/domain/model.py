@@ -10,6 +10,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from webhook.domain.attachments import Attachment
+
 ObjectKey = tuple[str, str]  # (namespace, name)
 
 
@@ -193,3 +195,5 @@ class Snapshot:
     fabric_free: Mapping[str, int]  # fabric zone -> free GPU blocks
     reservations: Mapping[str, Reservation]  # group id -> reservation
     version: int = 0
+    attachments: Mapping[str, Attachment] = field(default_factory=dict)  # pod UID -> its fabric attachment
+    promised_gpus: Mapping[str, int] = field(default_factory=dict)  # node -> Ready attached GPUs of unbound pods

@@ -20,7 +20,7 @@ from webhook.wire.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 def score_node(node: Node, ctx: filtering.Context, snapshot: Snapshot) -> int:
     if ctx.domain is None or node.domain != ctx.domain:
         return MIN_EXTENDER_PRIORITY
-    fit = capacity.node_fit(node, ctx.demand, snapshot)
+    fit = capacity.node_fit(node, ctx.demand, snapshot, ctx.pod_uid)
     if fit.verdict is not Verdict.FITS:
         return MIN_EXTENDER_PRIORITY
     size = max(node.gpus + (node.fabric_slots if fit.attach else 0), 1)

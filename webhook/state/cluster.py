@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.domain import capacity, grouping, parsing
+from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.errors import WireError
 from webhook.domain.model import (
     Catalog,
@@ -66,6 +67,8 @@ class ClusterStore:
         self._node_cds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._members: dict[str, dict[ObjectKey, Member]] = defaultdict(dict)
         self._fabric_free: dict[str, int] = {}
+        self._attachments: dict[str, Attachment] = {}  # by pod UID
+        self._uids: dict[str, ObjectKey] = {}
         self._reservations: dict[str, Reservation] = {}
         self._synced: dict[str, bool] = {}
         self._version = 0
@@ -130,6 +133,31 @@ class ClusterStore:
         with self._lock:
             self._reservations = dict(reservations)
             self._changed(False)
+
+    def replace_attachments(self, items: Iterable[Attachment]) -> None:
+        with self._lock:
+            self._attachments = {a.pod_uid: a for a in items}
+            self._changed(False)
+
+    def put_attachment(self, att: Attachment) -> None:
+        with self._lock:
+            self._attachments[att.pod_uid] = att
+            self._changed(False)
+
+    def drop_attachment(self, pod_uid: str) -> None:
+        with self._lock:
+            if self._attachments.pop(pod_uid, None) is not None:
+                self._changed(False)
+
+    def attachments(self) -> dict[str, Attachment]:
+        with self._lock:
+            return dict(self._attachments)
+
+    def pod_by_uid(self, uid: str) -> Pod | None:
+        with self._lock:
+            key = self._uids.get(uid)
+            derived = self._pods.get(key) if key else None
+            return derived.pod if derived else None
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -232,6 +260,8 @@ class ClusterStore:
         self._unset_pod(pod.key)
         derived = self._derive(pod)
         self._pods[pod.key] = derived
+        if pod.uid:
+            self._uids[pod.uid] = pod.key
         node = pod.node_name
         if node and not pod.terminated:
             self._used[node] += derived.gpus
@@ -246,6 +276,8 @@ class ClusterStore:
         old = self._pods.pop(key, None)
         if old is None:
             return
+        if old.pod.uid and self._uids.get(old.pod.uid) == key:
+            del self._uids[old.pod.uid]
         node = old.pod.node_name
         if node and not old.pod.terminated:
             self._used[node] -= old.gpus
@@ -279,6 +311,13 @@ class ClusterStore:
         for node in self._nodes.values():
             if node.domain:
                 domains[node.domain].append(node.name)
+        promised: dict[str, int] = defaultdict(int)
+        for uid, att in self._attachments.items():
+            key = self._uids.get(uid)
+            bound = key is not None and self._pods[key].pod.node_name is not None
+            # Ready GPUs sit in the node's allocatable before their pod binds: keep them for that pod.
+            if att.phase is Phase.READY and not att.deleting and not bound:
+                promised[att.node] += att.gpus
         return Snapshot(
             nodes=dict(self._nodes),
             used_gpus=dict(self._used),
@@ -290,6 +329,8 @@ class ClusterStore:
             fabric_free=dict(self._fabric_free),
             reservations=dict(self._reservations),
             version=self._version,
+            attachments=dict(self._attachments),
+            promised_gpus=dict(promised),
         )
 
     def bind_locally(self, namespace: str, name: str, node: str) -> Pod:

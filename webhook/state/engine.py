@@ -120,8 +120,10 @@ class Engine:
             if plan.reservation is not None:
                 stored = self._reserve(plan.reservation)
                 domain = stored.domain
-            if plan.attach_gpus:
-                self.attacher.attach(pod, snapshot.nodes[node], plan.attach_gpus, deadline)
+            attached = 0
+            if plan.needs_fabric:
+                attached = plan.attach_gpus or (plan.attachment.gpus if plan.attachment else 0)
+                self.attacher.attach(pod, snapshot.nodes[node], attached, deadline)
             self.binder.bind(pod, node)
             if plan.reservation is not None:
                 self._placed(plan.reservation.group_id, now)
@@ -129,8 +131,8 @@ class Engine:
             _decision_log("bind", ref, node=node, outcome="error", reason=str(exc))
             raise
         _decision_log("bind", ref, node=node, outcome="bound", domain=domain, group=plan.group_name,
-                      attached=plan.attach_gpus)
-        return BindOutcome("bound", domain, plan.attach_gpus)
+                      attached=attached)
+        return BindOutcome("bound", domain, attached)
 
     def _reserve(self, proposal: Reservation) -> Reservation:
         stored = self.reservations.ensure(proposal)
