@@ -46,10 +46,7 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
         if spec is None:
             source = f"ResourceClaimTemplate {ref.template}" if ref.template else f"ResourceClaim {ref.claim}"
             if ref.template or ref.claim:
-                warnings.append(
-                    f"{source} (claim {ref.name!r}) is not known yet; the group is resolved again when "
-                    "the pod is scheduled"
-                )
+                warnings.append(f"{source} (claim {ref.name!r}) not known yet; group resolved again at scheduling")
             continue
         if spec.compute_domain:
             compute_domains.setdefault(spec.compute_domain, ref.name)

@@ -13,6 +13,7 @@ GROUP_ANNOTATION = f"{PREFIX}/group"
 GROUP_SIZE_ANNOTATION = f"{PREFIX}/group-size"
 GROUP_LABEL = f"{PREFIX}/group"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
+GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at admission
 
 # Node labels: the first key present names the node's domain (DESIGN section 3).
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # "<clusterUUID>.<cliqueID>", written by GFD or our agent

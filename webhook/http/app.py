@@ -7,7 +7,7 @@ from collections.abc import Callable
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from webhook.http import extender, ops
+from webhook.http import admission, extender, ops
 from webhook.http.common import Services, error_response
 from webhook.http.metrics import Metrics
 from webhook.state.backend import Backend
@@ -35,6 +35,7 @@ def create_app(engine: Engine, backend: Backend, max_body: int = DEFAULT_MAX_BOD
     app.extensions["imex"] = Services(engine=engine, backend=backend, metrics=metrics, tls_ready=tls_ready)
     app.register_blueprint(extender.blueprint)
     app.register_blueprint(ops.blueprint)
+    app.register_blueprint(admission.blueprint)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

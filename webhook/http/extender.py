@@ -11,13 +11,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, current_app
 
 from webhook.domain import parsing
 from webhook.domain.errors import DecisionError, WireError
 from webhook.domain.model import Node, Pod
-from webhook.http.common import json_response, services, timed
+from webhook.http.common import json_body, json_response, services, timed
 from webhook.wire.extender import (
     ExtenderBindingResult,
     ExtenderFilterResult,
@@ -31,11 +30,7 @@ blueprint = Blueprint("extender", __name__)
 
 
 def _body() -> Mapping[str, Any]:
-    raw = request.get_data(cache=False)
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise WireError("", f"request body is not JSON: {exc}") from exc
+    body = json_body()
     if not isinstance(body, dict):
         raise WireError("", f"request body must be a JSON object, got {type(body).__name__}")
     return body

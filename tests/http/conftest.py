@@ -1,0 +1,23 @@
+"""Fixtures of the in-process HTTP tests: the Flask app built by the factory over the embedded demo cluster."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+
+from webhook.adapters import embedded
+from webhook.domain.policy import Policy
+from webhook.http.app import create_app
+from webhook.state.cluster import ClusterStore
+from webhook.state.engine import Engine
+
+
+@pytest.fixture
+def demo_app() -> Flask:
+    """A fresh app (own metrics registry, own reservations) on the built-in demo topology; no TLS."""
+    policy = Policy()
+    store = ClusterStore(policy)
+    backend = embedded.from_demo(store)
+    backend.start()
+    engine = Engine(store, backend.reservations, backend.binder, policy)
+    return create_app(engine, backend)

@@ -1,0 +1,208 @@
+"""Pod CREATE -> the JSON Patch that makes the scheduler keep the pod's group inside one NVLink domain.
+
+Pure: the raw pod JSON, the pod's namespace and the cached catalog and nodes in, a ``MutationResult``
+out; nothing is written anywhere, so ``dryRun`` requests behave exactly like the others.
+
+For a pod that belongs to a group (``grouping.resolve``), each of these is added only if missing, so
+the patch of an already mutated pod is empty (``reinvocationPolicy: IfNeeded``) and a pod whose
+affinity another webhook edited gets back only the missing pieces:
+
+1. label ``imex-webhook.io/group`` = ``group_label_value(group.id)``: a valid label value, readable for
+   short identities and hashed deterministically for long or unusual ones;
+2. a *required* pod affinity term on that label with ``topologyKey`` = the cluster's domain label, so
+   the scheduler itself keeps members together, including members assumed but not bound yet;
+3. ``<domain label> Exists`` in every non-empty required nodeSelectorTerm (terms are ORed: adding a
+   term would loosen the user's constraint; an empty term matches no node, so it stays as it is), or
+   one new term holding only that expression when there is no required node affinity;
+4. ``spec.schedulerName`` = the imex scheduler when it is ``default-scheduler`` or absent; a custom
+   scheduler is left alone and reported in a warning;
+5. annotations: ``imex-webhook.io/group-id`` (the identity), ``imex-webhook.io/group-size`` when the
+   size is known and the user did not write one, ``imex-webhook.io/mutated`` (our marker). The user's
+   ``imex-webhook.io/group`` annotation is an *input* of the identity and is never added.
+
+Denied (``allowed: false``), because only the user can resolve them: claims of two ComputeDomains, a
+group annotation or size annotation that contradicts the catalog (``GroupResolution.problems``), a
+group label written with another group's value, and a pod pinned by ``spec.nodeName`` to a known node
+in no domain. Everything that may resolve itself (a template not cached yet, an unknown node) is a
+warning, and the pod is admitted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from webhook import __version__
+from webhook.domain import grouping, keys, parsing
+from webhook.domain.errors import WireError
+from webhook.domain.model import Catalog, Node
+from webhook.domain.patches import APPEND, PatchBuilder, dotted
+from webhook.domain.policy import Policy
+from webhook.wire.admission import JSONPatchOp
+
+GROUP_ID_ANNOTATION = keys.GROUP_ID_ANNOTATION
+MUTATED_MARKER = f"v{__version__}"
+DEFAULT_SCHEDULER = "default-scheduler"
+WHERE = "request.object"
+
+_POD_AFFINITY = ("spec", "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+_NODE_TERMS = ("spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+               "nodeSelectorTerms")
+_LABEL_MAX = 63
+# Identities shown as they are (":" and the one "/" become "."): "<kind>:<uid>" without dots, or
+# "<kind>:<namespace>/<value>" where the namespace has no dot. Both are inverted by splitting at the
+# first two dots, so no two such identities share a value; hashed values always contain "_" and
+# readable ones never do, so the two forms cannot collide either.
+_READABLE = re.compile(
+    r"[a-z]+:(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?/[A-Za-z0-9](?:[-A-Za-z0-9.]*[A-Za-z0-9])?"
+    r"|[A-Za-z0-9](?:[-A-Za-z0-9]*[A-Za-z0-9])?)"
+)
+_SLUG_JUNK = re.compile(r"[^-A-Za-z0-9.]+")
+_DIGEST_CHARS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class MutationResult:
+    """The verdict on one pod. ``outcome`` and ``reason`` are small fixed sets (metric labels)."""
+
+    allowed: bool
+    patch: tuple[JSONPatchOp, ...] = ()
+    warnings: tuple[str, ...] = ()
+    message: str = ""  # why it was denied, written for the user to act on
+    group_id: str | None = None
+    outcome: str = "skipped"  # mutated | unchanged | skipped | denied | error
+    reason: str = "not-a-group"
+
+
+def group_label_value(group_id: str) -> str:
+    """A valid label value (<= 63 chars) that names ``group_id`` and no other identity."""
+    if len(group_id) <= _LABEL_MAX and _READABLE.fullmatch(group_id):
+        return group_id.replace(":", ".", 1).replace("/", ".", 1)
+    kind, _, rest = group_id.partition(":")
+    prefix = kind if kind.isascii() and kind.isalpha() and len(kind) <= 8 else "g"
+    digest = hashlib.sha256(group_id.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+    room = _LABEL_MAX - len(prefix) - 2 - _DIGEST_CHARS
+    slug = _SLUG_JUNK.sub("-", rest)[:room]
+    return f"{prefix}.{slug}_{digest}" if slug else f"{prefix}_{digest}"
+
+
+def _deny(message: str, reason: str, group_id: str | None, warnings: list[str]) -> MutationResult:
+    return MutationResult(False, (), tuple(warnings), message, group_id, "denied", reason)
+
+
+def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapping[str, Node],
+           policy: Policy) -> MutationResult:
+    """The verdict and patch for a pod being created in ``namespace`` (``request.namespace``)."""
+    pod = parsing.pod(obj, WHERE)
+    if namespace and pod.namespace != namespace:
+        pod = replace(pod, namespace=namespace)
+    resolution = grouping.resolve(pod, catalog, policy)
+    warnings = [_short(w) for w in resolution.warnings]
+    group = resolution.group
+    if resolution.problems:
+        return _deny("; ".join(resolution.problems), "conflicting-group", group.id if group else None, warnings)
+    if group is None:
+        # Nothing to act on; a template not cached yet is re-resolved by the extender at scheduling time.
+        return MutationResult(True, (), tuple(warnings), reason="group-unknown" if warnings else "not-a-group")
+    if pod.node_name:
+        node = nodes.get(pod.node_name)
+        if node is None:
+            warnings.append(f"spec.nodeName {pod.node_name!r} is not a node imex-webhook knows; "
+                            "its NVLink domain is not checked")
+        elif node.domain is None:
+            return _deny(
+                f"spec.nodeName pins the pod to node {pod.node_name!r}, which is in no NVLink domain (no "
+                f"{' or '.join(policy.domain_labels)} label), but it belongs to group {group.name!r}; remove "
+                "spec.nodeName or name a node of the group's domain",
+                "pinned-outside-domain", group.id, warnings)
+    label = group_label_value(group.id)
+    written = pod.labels.get(keys.GROUP_LABEL)
+    if written is not None and written != label:
+        return _deny(
+            f"label {keys.GROUP_LABEL}={written!r} is set by imex-webhook and names another group; remove "
+            f"it (this pod's group {group.name!r} is labelled {label!r})",
+            "label-conflict", group.id, warnings)
+
+    patch = PatchBuilder(obj, WHERE)
+    if written is None:
+        patch.add(("metadata", "labels", keys.GROUP_LABEL), label)
+    topology_key = policy.affinity_topology_key
+    _require_pod_affinity(patch, topology_key, label)
+    _require_domain_node(patch, topology_key)
+    _schedule_with(patch, policy.scheduler_name, warnings)
+    annotations = pod.annotations
+    if GROUP_ID_ANNOTATION not in annotations:
+        patch.add(("metadata", "annotations", GROUP_ID_ANNOTATION), group.id)
+    if resolution.size is not None and keys.GROUP_SIZE_ANNOTATION not in annotations:
+        patch.add(("metadata", "annotations", keys.GROUP_SIZE_ANNOTATION), str(resolution.size))
+    if keys.MUTATED_ANNOTATION not in annotations:
+        patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
+    if not patch.ops:
+        return MutationResult(True, (), tuple(warnings), "", group.id, "unchanged", "already-mutated")
+    return MutationResult(True, tuple(patch.ops), tuple(warnings), "", group.id, "mutated", "patched")
+
+
+def _present(value: Any) -> bool:
+    return value is not None and value != [] and value != {}
+
+
+def _is_group_term(term: Any, wanted: Mapping[str, Any]) -> bool:
+    """The term is ours, give or take empty fields a later webhook or a round trip may add."""
+    if not isinstance(term, Mapping):
+        return False
+    selector = term.get("labelSelector")
+    if not isinstance(selector, Mapping):
+        return False
+    term_rest = {k: v for k, v in term.items() if k != "labelSelector" and _present(v)}
+    selector_rest = {k: v for k, v in selector.items() if _present(v)}
+    return term_rest == {"topologyKey": wanted["topologyKey"]} and selector_rest == wanted["labelSelector"]
+
+
+def _require_pod_affinity(patch: PatchBuilder, topology_key: str, label: str) -> None:
+    wanted = {"labelSelector": {"matchLabels": {keys.GROUP_LABEL: label}}, "topologyKey": topology_key}
+    terms = patch.get(_POD_AFFINITY)
+    if isinstance(terms, list) and any(_is_group_term(t, wanted) for t in terms):
+        return
+    patch.add((*_POD_AFFINITY, APPEND), wanted)
+
+
+def _require_domain_node(patch: PatchBuilder, topology_key: str) -> None:
+    terms = patch.get(_NODE_TERMS)
+    if not isinstance(terms, list) or not terms:
+        # None: create the whole path; [] (rejected by the apiserver anyway): the list gets the one term.
+        patch.add((*_NODE_TERMS, APPEND), {"matchExpressions": [{"key": topology_key, "operator": "Exists"}]})
+        return
+    for i, term in enumerate(terms):
+        if not isinstance(term, Mapping):
+            raise WireError(dotted(WHERE, (*_NODE_TERMS, i)), "expected an object (a NodeSelectorTerm)")
+        expressions = term.get("matchExpressions")
+        if not expressions and not term.get("matchFields"):
+            continue  # an empty term selects no node; giving it an expression would loosen the constraint
+        if isinstance(expressions, list) and any(
+            isinstance(e, Mapping) and e.get("key") == topology_key and e.get("operator") == "Exists"
+            for e in expressions
+        ):
+            continue
+        patch.add((*_NODE_TERMS, i, "matchExpressions", APPEND), {"key": topology_key, "operator": "Exists"})
+
+
+def _schedule_with(patch: PatchBuilder, scheduler: str, warnings: list[str]) -> None:
+    current = patch.get(("spec", "schedulerName"))
+    if current == scheduler:
+        return
+    if current in (None, "", DEFAULT_SCHEDULER):
+        if current is None:
+            patch.add(("spec", "schedulerName"), scheduler)
+        else:
+            patch.replace(("spec", "schedulerName"), scheduler)
+        return
+    warnings.append(_short(f"spec.schedulerName {current!r} left as is: only {scheduler!r} reserves a domain "
+                           "for the whole group"))
+
+
+def _short(text: str, limit: int = 256) -> str:
+    """kube-apiserver may truncate warnings over 256 characters; cut them ourselves, visibly."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,44 @@
+"""POST /mutate: the mutating admission webhook (AdmissionReview ``admission.k8s.io/v1``).
+
+Translation only; the verdict comes from ``webhook.domain.admission_review`` and ``mutating``, over the
+cached catalog and nodes (no API call, nothing written, so ``sideEffects: None`` holds and ``dryRun``
+needs no special case). A malformed review gets a 400 JSON error naming the field (``timed``); our own
+failure admits the pod unchanged with a warning and counts in ``imex_webhook_internal_errors_total``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Response
+
+from webhook.domain import admission_review
+from webhook.domain.errors import WireError
+from webhook.http.common import json_body, json_response, services, timed
+
+log = logging.getLogger(__name__)
+decisions = logging.getLogger("imex_webhook.decisions")
+blueprint = Blueprint("admission", __name__)
+
+
+@blueprint.post("/mutate")
+@timed("mutate")
+def mutate_view() -> Response:
+    review = admission_review.parse(json_body())
+    svc = services()
+    try:
+        snapshot = svc.engine.snapshot()
+        result = admission_review.admit(review, snapshot.catalog, snapshot.nodes, svc.engine.policy)
+    except WireError:
+        raise
+    except Exception as exc:  # our fault: never block pod creation for it
+        log.exception("mutate failed for %s", review.pod_ref)
+        svc.metrics.internal_errors.labels("mutate").inc()
+        result = admission_review.internal_error(exc)
+    svc.metrics.decisions.labels("mutate", result.outcome, result.reason).inc()
+    if review.is_pod_create and decisions.isEnabledFor(logging.INFO):
+        decisions.info("decision", extra={"decision": {
+            "verb": "mutate", "pod": review.pod_ref, "group": result.group_id, "outcome": result.outcome,
+            "reason": result.reason, "patch_ops": len(result.patch), "warnings": len(result.warnings),
+            "dry_run": review.dry_run, "uid": review.uid}})
+    return json_response(admission_review.respond(review.uid, result))
