@@ -20,6 +20,7 @@ from webhook.adapters import demo
 from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod
 from webhook.state.cluster import KINDS, ClusterStore
+from webhook.state.fabric import MemoryAttachmentStore
 from webhook.state.reservations import MemoryReservationStore
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class EmbeddedBackend:
         self.store = store
         self.reservations = MemoryReservationStore()
         self.binder = EmbeddedBinder(store)
+        self.attachments = MemoryAttachmentStore(store)
         self.source = source
         by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
         skipped: Counter[str] = Counter()
@@ -117,6 +119,9 @@ class EmbeddedBackend:
 
     def note_pod(self, pod: Pod) -> None:
         self.store.put_pod(pod)
+
+    def is_leader(self) -> bool:
+        return True  # one process holds the whole embedded cluster
 
 
 def from_files(store: ClusterStore, paths: list[Path]) -> EmbeddedBackend:

@@ -7,6 +7,7 @@ from typing import Protocol
 from webhook.domain.model import Pod
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Binder
+from webhook.state.fabric import AttachmentStore
 from webhook.state.reservations import ReservationStore
 
 
@@ -24,6 +25,9 @@ class Backend(Protocol):
     @property
     def embedded(self) -> bool: ...
 
+    @property
+    def attachments(self) -> AttachmentStore: ...
+
     def start(self) -> None:
         """Begin filling ``store`` (start watches); returns at once."""
         ...
@@ -37,4 +41,8 @@ class Backend(Protocol):
 
     def note_pod(self, pod: Pod) -> None:
         """A pod the scheduler asked about; the embedded cluster records it, a watch-fed one ignores it."""
+        ...
+
+    def is_leader(self) -> bool:
+        """Whether this replica runs the cluster-wide reconcilers now."""
         ...

@@ -1,0 +1,87 @@
+"""FabricAttachments in the API server (through the fake, over HTTP, with the official client's
+connection pool): the watch-fed cache mirrors them into the ClusterStore, status goes through the
+/status subresource guarded by resourceVersion, delete drops the finalizer; and the Lease elects one
+reconciler at a time and hands over when the holder stops renewing."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.kubefake import KubeFake, eventually
+from webhook.adapters import kube, kube_attachments
+from webhook.adapters.kube_watch import Watcher
+from webhook.domain import attachments as fa
+from webhook.domain.attachments import Block, Phase
+from webhook.domain.errors import StoreConflict
+from webhook.domain.policy import Policy
+from webhook.state.cluster import ClusterStore
+
+
+@pytest.fixture
+def api(fake: KubeFake, kubeconfig: Path) -> Iterator[kube.Api]:
+    backend = kube.connect(str(kubeconfig), False, ClusterStore(Policy()), "test")
+    yield backend._api
+    backend.stop()
+
+
+def _att(uid: str = "pod-uid-1") -> fa.Attachment:
+    return fa.Attachment(name=fa.name_for(uid), node="fab-00", pod_namespace="ml", pod_name="p", pod_uid=uid,
+                         zone="pcie-pool-1", gpus=2, system="/redfish/v1/Systems/fab-00",
+                         phase_since="2026-12-02T10:00:00Z")
+
+
+def test_created_attachments_carry_their_status_and_reach_the_cluster_store(api: kube.Api, fake: KubeFake) -> None:
+    cluster = ClusterStore(Policy())
+    store = kube_attachments.KubeAttachmentStore(api, cluster)
+    stopping = threading.Event()
+    watcher = Watcher(api, kube_attachments.FABRIC_ATTACHMENTS, store, stopping)
+    watcher.start()
+    try:
+        eventually(lambda: store.synced)
+        created = store.create(replace(_att(), phase=Phase.COMPOSING, blocks=(Block("/b/1"), Block("/b/2"))))
+        assert created.phase is Phase.COMPOSING and len(created.blocks) == 2 and created.version
+        stored = fake.get("fabricattachments", None, created.name)
+        assert stored["status"]["phase"] == "Composing"
+        assert stored["metadata"]["labels"][fa.NODE_LABEL] == "fab-00"
+        assert cluster.attachments()["pod-uid-1"].phase is Phase.COMPOSING
+        # Someone else (the node agent) moves it on; the watch brings it back to us.
+        agent_view = fa.parse(fake.get("fabricattachments", None, created.name))
+        fake.replace_status("fabricattachments", fa.to_object(replace(agent_view, phase=Phase.READY)))
+        eventually(lambda: store.get(created.name) is not None and store.get(created.name).phase is Phase.READY)
+        with pytest.raises(StoreConflict):
+            store.update(replace(created, phase=Phase.FAILED))  # stale resourceVersion
+        store.delete(store.get(created.name))  # type: ignore[arg-type]
+        eventually(lambda: cluster.attachments() == {})
+        assert fake.get("fabricattachments", None, created.name) is None
+    finally:
+        stopping.set()
+        watcher.interrupt()
+        watcher.join(5)
+
+
+def test_a_write_to_the_object_does_not_touch_its_status(api: kube.Api, fake: KubeFake) -> None:
+    store = kube_attachments.KubeAttachmentStore(api, ClusterStore(Policy()))
+    created = store.create(replace(_att("u2"), phase=Phase.ATTACHED))
+    body = fa.to_object(replace(created, phase=Phase.DETACHED))
+    body["metadata"].pop("resourceVersion")
+    fake.replace("fabricattachments", body)  # the main resource, not /status
+    assert fake.get("fabricattachments", None, created.name)["status"]["phase"] == "Attached"
+
+
+def test_one_replica_leads_and_another_takes_over_when_it_stops_renewing(api: kube.Api) -> None:
+    clock = [1000.0]
+    a = kube_attachments.LeaseLeader(api, "imex-system", "imex-webhook-reconciler", "a", duration=30,
+                                     clock=lambda: clock[0])
+    b = kube_attachments.LeaseLeader(api, "imex-system", "imex-webhook-reconciler", "b", duration=30,
+                                     clock=lambda: clock[0])
+    assert a.is_leader() and not b.is_leader()
+    clock[0] += 25
+    assert a.is_leader() and not b.is_leader()  # a renewed
+    clock[0] += 31  # a stopped renewing; its lease ran out
+    assert b.is_leader()
+    assert not a.is_leader()

@@ -1,0 +1,186 @@
+"""Kubernetes mode: cluster state, reservations and bindings through a real API server.
+
+``connect`` loads credentials (kubeconfig or in-cluster) and returns a ``KubeBackend``: watch-backed
+caches of Nodes, Pods, Jobs, ResourceClaims, ResourceClaimTemplates and ComputeDomains feeding the
+``ClusterStore`` (``kube_watch``), reservations in DomainReservation objects (``kube_reservations``),
+and ``KubeBinder``, which creates the ``pods/binding`` subresource with the pod's UID as precondition.
+
+This package is the only code that talks to the API server (import-linter enforces it). Filter and
+prioritize never wait on it: they read the caches. Only ``/bind`` calls it, each call with a deadline
+below kube-scheduler's extender timeout (``kube_api.call_timeout``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration
+from urllib3.util.retry import Retry
+
+from webhook.adapters.kube_api import EXTENDER_HTTP_TIMEOUT, Api, ApiError, Resource, call_timeout
+from webhook.adapters.kube_attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
+from webhook.adapters.kube_reservations import DOMAIN_RESERVATIONS, KubeReservationStore
+from webhook.adapters.kube_watch import Sink, Watcher, WatchSettings
+from webhook.domain import parsing
+from webhook.domain.errors import DecisionError, WireError
+from webhook.domain.model import Pod
+from webhook.state.cluster import ClusterStore
+from webhook.state.engine import Binder
+from webhook.state.reservations import ReservationStore
+
+log = logging.getLogger(__name__)
+
+PODS = Resource("Pod", "", "v1", "pods", True)
+CLUSTER_RESOURCES = (
+    Resource("Node", "", "v1", "nodes", False),
+    PODS,
+    Resource("Job", "batch", "v1", "jobs", True),
+    Resource("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
+    Resource("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
+    Resource("ComputeDomain", "resource.nvidia.com", "v1beta1", "computedomains", True),
+)
+# NVIDIA's DRA driver installs the ComputeDomain CRD; a cluster without it still has annotated and
+# fabric groups to schedule, so its absence is an empty list, not a failure.
+OPTIONAL_KINDS = frozenset({"ComputeDomain", DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind})
+RECONCILER_LEASE = "imex-webhook-reconciler"
+STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together
+# Seven long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
+# connections ("pool is full") or opening a new one per bind.
+POOL_SIZE = 32
+
+
+class KubeConfigError(Exception):
+    """No usable credentials: the message says which source was tried and what was wrong."""
+
+
+class KubeBinder:
+    """``Binder`` on the API server: a fresh read of a pod, and its binding."""
+
+    def __init__(self, api: Api) -> None:
+        self._api = api
+
+    def read_pod(self, namespace: str, name: str) -> Pod | None:
+        try:
+            obj = self._api.call("GET", PODS.path(namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise DecisionError(exc.explain(f"read pod {namespace}/{name}", "get", "pods")) from exc
+        try:
+            return parsing.pod(obj)
+        except WireError as exc:
+            raise DecisionError(f"pod {namespace}/{name} as the API server returned it is malformed: {exc}") from exc
+
+    def bind(self, pod: Pod, node: str) -> None:
+        body = {
+            "apiVersion": "v1", "kind": "Binding",
+            # The UID is the precondition: a pod deleted and re-created under the same name is not bound.
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self._api.call("POST", PODS.path(pod.namespace, pod.name, "binding"), body=body)
+        except ApiError as exc:
+            raise DecisionError(self._explain(pod, node, exc)) from exc
+
+    @staticmethod
+    def _explain(pod: Pod, node: str, exc: ApiError) -> str:
+        if exc.status == 409:
+            return f"the API server refused to bind pod {pod.ref} to node {node} (409 {exc.reason}): {exc.message}"
+        if exc.status == 404:
+            return f"pod {pod.ref} no longer exists; it was deleted before it could be bound to {node}: {exc.message}"
+        return exc.explain(f"bind pod {pod.ref} to node {node}", "create", "pods/binding")
+
+
+class KubeBackend:
+    """``Backend`` for a real cluster; ``start`` begins the watches, ``ready`` reports their first lists."""
+
+    embedded: bool = False
+
+    def __init__(self, api: Api, store: ClusterStore, holder: str, settings: WatchSettings | None = None,
+                 namespace: str = "imex-system") -> None:
+        self.store = store
+        self._api = api
+        self._reservations = KubeReservationStore(api, holder)
+        self.reservations: ReservationStore = self._reservations
+        self.binder: Binder = KubeBinder(api)
+        self.attachments = KubeAttachmentStore(api, store)
+        self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
+        self._stopping = threading.Event()
+        self._started = False
+        sinks: list[tuple[Resource, Sink]] = [(r, store) for r in CLUSTER_RESOURCES]
+        sinks.append((DOMAIN_RESERVATIONS, self._reservations))
+        sinks.append((FABRIC_ATTACHMENTS, self.attachments))
+        self._watchers = [Watcher(api, resource, sink, self._stopping, optional=resource.kind in OPTIONAL_KINDS,
+                                  settings=settings) for resource, sink in sinks]
+        # Declared now, not at start(): /readyz must say "not yet" from the first moment.
+        store.expect(r.kind for r in CLUSTER_RESOURCES)
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        for watcher in self._watchers:
+            watcher.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for watcher in self._watchers:
+            watcher.interrupt()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for watcher in self._watchers:
+            watcher.join(max(0.0, deadline - time.monotonic()))
+        self._api.close()
+
+    def ready(self) -> tuple[bool, str]:
+        waiting = [kind for kind, synced in self.store.sync_state().items() if not synced]
+        if not self._reservations.synced:
+            waiting.append(DOMAIN_RESERVATIONS.kind)
+        if not self.attachments.synced:
+            waiting.append(FABRIC_ATTACHMENTS.kind)
+        if waiting:
+            return False, "waiting for the first list of " + ", ".join(waiting)
+        return True, "caches synced"
+
+    def note_pod(self, pod: Pod) -> None:
+        """Nothing to do: the pod watch delivers every pod."""
+
+    def is_leader(self) -> bool:
+        """Whether this replica holds the reconciler's Lease (renewed as a side effect)."""
+        return self._lease.is_leader()
+
+
+def _configuration(kubeconfig: str | None, in_cluster: bool) -> Configuration:
+    configuration = Configuration()
+    try:
+        if in_cluster:
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration, persist_config=False)
+    except (kube_config.ConfigException, OSError, ValueError) as exc:
+        source = "the in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
+        raise KubeConfigError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
+    # One quick retry of a failed connect, reads only for idempotent methods (urllib3's default list):
+    # a pooled keep-alive connection the server has just closed should not fail a bind.
+    configuration.retries = Retry(total=1, connect=1, read=1, status=0, redirect=0)
+    configuration.connection_pool_maxsize = POOL_SIZE
+    return configuration
+
+
+def connect(kubeconfig: str | None, in_cluster: bool, store: ClusterStore, holder: str,
+            request_timeout: float = EXTENDER_HTTP_TIMEOUT, *, watch: WatchSettings | None = None,
+            namespace: str = "imex-system") -> KubeBackend:
+    """A backend on the API server named by ``kubeconfig`` (or the in-cluster service account).
+
+    ``request_timeout`` is how long whoever waits on our API calls waits (kube-scheduler's extender
+    httpTimeout); each call gets a share of it. ``holder`` names this replica on the reservations it
+    creates. Nothing is contacted until ``start()``.
+    """
+    client = ApiClient(_configuration(kubeconfig, in_cluster))
+    client.user_agent = "imex-webhook"
+    log.info("Kubernetes API server %s (holder %s)", client.configuration.host, holder)
+    return KubeBackend(Api(client, call_timeout(request_timeout)), store, holder, watch, namespace)

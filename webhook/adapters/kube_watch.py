@@ -1,0 +1,217 @@
+"""Watch-backed caches: one daemon thread per resource keeps a ``Sink`` equal to the API server's view.
+
+The loop is client-go's reflector, reduced to what we need:
+
+1. LIST in pages -> ``sink.replace(kind, items)`` and ``sink.mark_synced(kind)``;
+2. WATCH from the list's resourceVersion, with bookmarks and a server-side timeout; each event ->
+   ``sink.apply``; when the server ends the watch, watch again from the last resourceVersion seen;
+3. 410 Gone (HTTP status, or an ERROR event with code 410): the server no longer has the history we
+   need, so relist at once; any other failure: relist after an exponential, jittered back-off.
+
+Each relist is logged with its reason. A resource marked optional (a CRD that may not be installed)
+that answers 404 counts as synced and empty, and is looked for again now and then.
+``interrupt`` shuts the socket of the call in progress, so ``stop`` does not wait for a quiet watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+import urllib3
+
+from webhook.adapters.kube_api import Api, ApiError, Resource
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
+# A watch silent for longer than its server-side timeout plus this is dead (a half-open connection after
+# a network partition): the server ends every watch at timeoutSeconds, with a bookmark first.
+WATCH_SLACK = 30.0
+# A watch that lived this long, or delivered an event, proves the connection healthy: the back-off resets.
+HEALTHY_WATCH = 30.0
+# A watch that ends quicker than this with nothing in it is a failure (a proxy cutting streams, say):
+# re-watching at once would spin.
+WATCH_AT_ONCE = 0.5
+
+
+class Sink(Protocol):
+    """Where a watcher puts what it learns (``ClusterStore``, the reservation cache)."""
+
+    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None: ...
+
+    def mark_synced(self, kind: str, synced: bool = True) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    timeout: float | None = None  # server-side timeoutSeconds; None: 5-10 min at random, as client-go
+    absent_recheck: float = 60.0  # how often an optional resource that is not served is looked for again
+    page_size: int = 500  # objects per LIST page: bounded memory and answer time on a 5,000-node cluster
+
+
+class _Gone(Exception):
+    """410: our resourceVersion is older than the history the API server keeps; only a relist helps."""
+
+
+def _jitter(delay: float) -> float:
+    # Replicas that lost the API server together should not come back in lockstep.
+    return delay * random.uniform(0.8, 1.2)
+
+
+class Watcher:
+    def __init__(self, api: Api, resource: Resource, sink: Sink, stopping: threading.Event, *,
+                 optional: bool = False, settings: WatchSettings | None = None) -> None:
+        self._api = api
+        self._resource = resource
+        self._sink = sink
+        self._stopping = stopping
+        self._optional = optional
+        self._settings = settings or WatchSettings()
+        self._lock = threading.Lock()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._absent = False
+        self._thread = threading.Thread(target=self._run, name=f"watch-{resource.plural}", daemon=True)
+
+    @property
+    def kind(self) -> str:
+        return self._resource.kind
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def interrupt(self) -> None:
+        """Wake the thread from a blocking read (call after setting ``stopping``)."""
+        with self._lock:
+            response = self._response
+        if response is not None:
+            try:
+                response.shutdown()
+            except (ValueError, RuntimeError, OSError):
+                pass  # already released or closed: the thread is not blocked on it
+
+    def _track(self, response: urllib3.BaseHTTPResponse | None) -> None:
+        with self._lock:
+            self._response = response
+        if response is not None and self._stopping.is_set():
+            self.interrupt()  # stop() ran between the request and the tracking
+
+    def _run(self) -> None:
+        delay = BACKOFF_FIRST
+        why = "initial list"
+        while not self._stopping.is_set():
+            try:
+                version = self._list(why)
+                while not self._stopping.is_set():
+                    version, events, lasted = self._watch(version)
+                    if events or lasted >= HEALTHY_WATCH:
+                        delay = BACKOFF_FIRST
+                    elif lasted < WATCH_AT_ONCE and not self._stopping.is_set():
+                        raise ApiError(0, "WatchClosed", "the API server ended the watch at once")
+                return
+            except _Gone as exc:
+                why = str(exc)
+                continue  # relist at once: the data is fine, only our position in its history is lost
+            except ApiError as exc:
+                if self._stopping.is_set():
+                    return
+                if exc.status == 404 and self._optional:
+                    self._not_served(exc)
+                    why = "looking again for a resource that was not served"
+                    continue
+                why = str(exc)
+            except Exception as exc:  # a bug or an answer we cannot read: keep the cache alive regardless
+                if self._stopping.is_set():
+                    return
+                log.exception("%s: unexpected failure in the watch loop", self.kind)
+                why = f"unexpected {type(exc).__name__}: {exc}"
+            pause = _jitter(delay)
+            log.warning("%s: %s; relisting in %.1fs", self.kind, why, pause)
+            if self._stopping.wait(pause):
+                return
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    def _not_served(self, exc: ApiError) -> None:
+        if not self._absent:
+            log.warning("%s: the API server does not serve %s (%s); treating it as empty and looking again "
+                        "every %gs", self.kind, self._resource.qualified, exc, self._settings.absent_recheck)
+            self._absent = True
+        self._sink.replace(self.kind, [])
+        self._sink.mark_synced(self.kind)
+        self._stopping.wait(self._settings.absent_recheck)
+
+    def _list(self, why: str) -> str:
+        # Looking again for a CRD that is still missing is routine: keep it out of the INFO log.
+        log.log(logging.DEBUG if self._absent else logging.INFO, "%s: listing (%s)", self.kind, why)
+        items: list[Any] = []
+        version = token = ""
+        while True:
+            query = [("limit", str(self._settings.page_size))] + ([("continue", token)] if token else [])
+            try:
+                page = self._api.call("GET", self._resource.path(), query=query, track=self._track)
+            except ApiError as exc:
+                if exc.status == 410:  # the continue token expired: start the list over
+                    raise _Gone(f"list page expired ({exc.message})") from exc
+                raise
+            items.extend(page.get("items") or ())
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")  # every page shares the first's
+            token = str(meta.get("continue") or "")
+            if not token:
+                break
+        if self._absent:
+            log.info("%s: %s is served now", self.kind, self._resource.qualified)
+            self._absent = False
+        self._sink.replace(self.kind, [i for i in items if isinstance(i, dict)])
+        self._sink.mark_synced(self.kind)
+        log.debug("%s: %d objects at resourceVersion %s", self.kind, len(items), version)
+        return version
+
+    def _watch(self, version: str) -> tuple[str, int, float]:
+        """One watch request; returns the last resourceVersion seen, the events applied, the seconds."""
+        server_timeout = self._settings.timeout or random.uniform(300, 600)
+        query = [("watch", "true"), ("resourceVersion", version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(max(1, round(server_timeout))))]
+        timeout = (self._api.timeout[0], server_timeout + WATCH_SLACK)
+        started, events = time.monotonic(), 0
+        try:
+            response = self._api.open("GET", self._resource.path(), query=query, timeout=timeout)
+        except ApiError as exc:
+            if exc.status == 410:
+                raise _Gone(f"watch from resourceVersion {version} expired ({exc.message})") from exc
+            raise
+        self._track(response)
+        try:
+            for line in self._api.lines(response, timeout):
+                event = orjson.loads(line)
+                kind, obj = event.get("type"), event.get("object")
+                if not isinstance(obj, dict):
+                    continue
+                if kind == "ERROR":
+                    code = obj.get("code")
+                    message = str(obj.get("message") or "")
+                    if code == 410:
+                        raise _Gone(f"watch from resourceVersion {version} expired ({message})")
+                    raise ApiError(code if isinstance(code, int) else 0, str(obj.get("reason") or "Error"),
+                                   message or "error event in the watch")
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._sink.apply(self.kind, kind, obj)
+                    events += 1
+        finally:
+            self._track(None)
+            response.close()
+            response.release_conn()
+        return version, events, time.monotonic() - started
