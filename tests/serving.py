@@ -60,6 +60,7 @@ class Served:
 @contextlib.contextmanager
 def serve(tmp: Path, *args: str, ready_timeout: float = 30.0) -> Iterator[Served]:
     port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
     tls = tmp / "tls"
     log = tmp / "serve.log"
     cmd = [sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}", "--tls-dir", str(tls), *args]
