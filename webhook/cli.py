@@ -58,6 +58,9 @@ def parser() -> argparse.ArgumentParser:
                                        "embedded: --cluster files, or the built-in demo topology.")
     settings.add_arguments(serve)
     serve.set_defaults(run=_serve)
+    sub.add_parser("agent", help="the node agent (DaemonSet): clique labels, GPU inventory, hot-add, release",
+                   add_help=False)
+    sub.add_parser("demo", help="play a scenario through the real endpoints on the demo cluster", add_help=False)
     sub.add_parser("certs", help="create a CA and a serving certificate for the Service",
                            add_help=False, description="Same as python -m certs; see --help.")
     return top
@@ -65,6 +68,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["agent"]:
+        from webhook.agent import cli as agent_cli
+
+        return agent_cli.main(args[1:], configure_logging=logs.configure)
+    if args[:1] == ["demo"]:
+        from webhook.service import demo
+
+        return demo.main(args[1:])
     if args[:1] == ["certs"]:
         # The certificate tool owns its flags (it is also `python -m certs`); hand them over untouched.
         return _certs(args[1:])

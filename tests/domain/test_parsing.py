@@ -123,3 +123,17 @@ def test_a_negative_num_nodes_is_rejected() -> None:
     cd["spec"]["numNodes"] = -1
     with pytest.raises(WireError, match="numNodes"):
         parsing.compute_domain(cd)
+
+
+def test_gpus_the_agent_is_releasing_are_not_offered() -> None:
+    n = builders.node("f", 4, "uuid-1.7")
+    n["metadata"]["annotations"][keys.INVENTORY_ANNOTATION] = (
+        '{"gpus": [{"uuid": "GPU-1", "releasing": true}, {"uuid": "GPU-2"}, {"uuid": "GPU-3", "releasing": true}]}')
+    assert parsing.node(n, keys.DEFAULT_DOMAIN_LABELS).gpus == 2
+
+
+@pytest.mark.parametrize("inventory", ["not json", "[]", '{"gpus": "x"}', ""])
+def test_an_unreadable_inventory_withholds_nothing(inventory: str) -> None:
+    n = builders.node("f", 4, "uuid-1.7")
+    n["metadata"]["annotations"][keys.INVENTORY_ANNOTATION] = inventory
+    assert parsing.node(n, keys.DEFAULT_DOMAIN_LABELS).gpus == 4

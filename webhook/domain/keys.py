@@ -22,6 +22,10 @@ DEFAULT_DOMAIN_LABELS: tuple[str, ...] = (CLIQUE_LABEL, FABRIC_ZONE_LABEL)
 
 # How many fabric GPUs a node can still take (free PCIe/CXL slots); absent means none.
 FABRIC_SLOTS_ANNOTATION = f"{PREFIX}/fabric-slots"
+# Written by our node agent: the GPU inventory (JSON; GPUs being released carry "releasing": true, and the
+# extender stops counting them) and the fabric health label.
+INVENTORY_ANNOTATION = f"{PREFIX}/gpus"
+HEALTH_LABEL = f"{PREFIX}/fabric-health"
 REDFISH_SYSTEM_ANNOTATION = f"{PREFIX}/redfish-system"
 
 # NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu): set on a node while a ComputeDomain's

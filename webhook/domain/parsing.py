@@ -7,6 +7,7 @@ names it. Unknown fields are ignored, as Kubernetes clients do.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -99,6 +100,7 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
     status = _map(obj.get("status"), f"{path}.status")
     allocatable = _map(status.get("allocatable"), f"{path}.status.allocatable")
     gpus = count(allocatable.get(keys.GPU_RESOURCE, 0), f"{path}.status.allocatable[{keys.GPU_RESOURCE}]")
+    gpus = max(0, gpus - releasing_gpus(annotations.get(keys.INVENTORY_ANNOTATION)))
     zone = labels.get(keys.FABRIC_ZONE_LABEL) or None
     slots_raw = annotations.get(keys.FABRIC_SLOTS_ANNOTATION)
     slots = count(slots_raw, f"{path}.metadata.annotations[{keys.FABRIC_SLOTS_ANNOTATION}]") if slots_raw else 0
@@ -113,6 +115,19 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
         compute_domain=labels.get(keys.COMPUTE_DOMAIN_LABEL) or None,
         unschedulable=bool(spec.get("unschedulable", False)),
     )
+
+
+def releasing_gpus(inventory: str | None) -> int:
+    """GPUs our node agent is releasing (still in allocatable until the device plugin recounts): no new
+    pod may be offered them. A missing or unreadable inventory withholds nothing."""
+    if not inventory:
+        return 0
+    try:
+        doc = json.loads(inventory)
+    except ValueError:
+        return 0
+    gpus = doc.get("gpus") if isinstance(doc, dict) else None
+    return sum(1 for g in gpus if isinstance(g, dict) and g.get("releasing") is True) if isinstance(gpus, list) else 0
 
 
 def _container_gpus(container: Any, path: str) -> int:

@@ -1,0 +1,171 @@
+"""``imex-webhook agent`` as a command (``webhook.agent.cli.main``) and its endpoints.
+
+Covered: ``--once --dry-run`` prints the node patch and the hot-add it would make and changes nothing;
+``--once`` patches the Node once and a second run finds nothing to change; a scenario without an API server runs on an
+in-memory Node; bad flags and scenarios exit with one clear line; ``/healthz``, ``/readyz`` (503 with the
+reason while NVML is missing, 200 once NVML works and the API server answered) and ``/metrics`` (GPUs by
+health, hot-add and release outcomes and durations); the endpoints served over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.conftest import Make, scenario_path
+from tests.kubefake import KubeFake
+from webhook.agent import cli, inventory
+from webhook.agent.loop import Agent
+from webhook.agent.server import ProbeServer, create_app
+from webhook.agent.simulated import MemoryNodeApi
+from webhook.domain import attachments as fa
+from webhook.domain import keys
+
+NODE = "gb200-rack1-tray3"
+CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
+
+
+def _args(kubeconfig: Path, *extra: str) -> list[str]:
+    return ["--node", NODE, "--kubeconfig", str(kubeconfig), "--nvml-sim", str(scenario_path("nvl72-tray")),
+            "--listen", "none", "--log-level", "warning", *extra]
+
+
+@pytest.fixture
+def labelled_node(kube_fake: KubeFake) -> KubeFake:
+    kube_fake.create("nodes", {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
+                               "status": {"allocatable": {keys.GPU_RESOURCE: "4"}}})
+    return kube_fake
+
+
+def test_once_dry_run_prints_the_patch_and_changes_nothing(labelled_node: KubeFake, kubeconfig: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    att = fa.Attachment(name="fa-9", node=NODE, pod_namespace="ml", pod_name="p", pod_uid="u", zone="z", gpus=1,
+                        system="/s", phase=fa.Phase.ATTACHED, blocks=(fa.Block("/b/1", pci_address="0004:01:00.0"),))
+    labelled_node.create("fabricattachments", fa.to_object(att))
+    labelled_node.replace_status("fabricattachments", {"metadata": {"name": "fa-9"}, "status": fa.status_body(att)})
+    before = labelled_node.get("nodes", None, NODE), labelled_node.get("fabricattachments", None, "fa-9")
+
+    code = cli.main(_args(kubeconfig, "--once", "--dry-run", "--own-clique-label"))
+
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [line["dryRun"] for line in lines] == ["patch node", "hot-add"]
+    assert lines[1]["blocks"] == [{"id": "/b/1", "uuid": "", "pciAddress": "0004:01:00.0"}]
+    patch = lines[0]["body"]["metadata"]
+    assert patch["labels"] == {keys.CLIQUE_LABEL: f"{CLUSTER}.32766", inventory.HEALTH_LABEL: "healthy"}
+    assert json.loads(patch["annotations"][inventory.INVENTORY_ANNOTATION])["clique"] == f"{CLUSTER}.32766"
+    assert (labelled_node.get("nodes", None, NODE), labelled_node.get("fabricattachments", None, "fa-9")) == before
+    assert labelled_node.requests("update", "nodes") == 0
+
+
+def test_once_patches_the_node_and_a_second_run_finds_nothing_to_change(labelled_node: KubeFake,
+                                                                         kubeconfig: Path) -> None:
+    assert cli.main(_args(kubeconfig, "--once")) == 0
+    node = labelled_node.get("nodes", None, NODE)
+    assert node is not None
+    assert node["metadata"]["labels"][inventory.HEALTH_LABEL] == "healthy"
+    assert keys.CLIQUE_LABEL not in node["metadata"]["labels"]  # not owned without --own-clique-label
+
+    assert cli.main(_args(kubeconfig, "--once")) == 0
+    assert labelled_node.requests("update", "nodes") == 1
+
+
+def test_once_fails_with_one_line_when_the_node_does_not_exist(kube_fake: KubeFake, kubeconfig: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(_args(kubeconfig, "--once")) == 1
+    assert 'nodes "gb200-rack1-tray3" not found' in capsys.readouterr().err
+
+
+def test_a_simulation_without_an_api_server_runs_on_an_in_memory_node(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["--node", "n1", "--nvml-sim", str(scenario_path("hgx-zero-uuid")), "--once", "--dry-run",
+                     "--listen", "none", "--log-level", "warning"])
+
+    assert code == 0
+    line = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert line["body"]["metadata"]["labels"] == {inventory.HEALTH_LABEL: "none"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([], "--node is required"),
+    (["--node", "n", "--interval", "0"], "--interval must be positive"),
+    (["--node", "n", "--deadline", "enumerate"], "--deadline 'enumerate': expected STEP=SECONDS"),
+    (["--node", "n", "--deadline", "warp=3"], "with STEP one of rescan, enumerate"),
+    (["--node", "n", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
+    (["--node", "n", "--nvml-sim", "/nonexistent.yaml"], "--nvml-sim /nonexistent.yaml: no such file"),
+])
+def test_bad_flags_exit_2_with_one_line(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_broken_scenario_exits_1_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpus:\n  - {uuid: GPU-1, pci: '0000:01:00.0', hotplug: sometimes}\n")
+
+    assert cli.main(["--node", "n", "--nvml-sim", str(bad), "--once", "--listen", "none"]) == 1
+    assert "gpus[0].hotplug: expected present, pending or never, got 'sometimes'" in capsys.readouterr().err
+
+
+def _agent(simulate: Make, name: str) -> Agent:
+    node = simulate(name)
+    api = MemoryNodeApi({"metadata": {"name": "n1"}}, node.sim)
+    return Agent(node.nvml, node.host, api)
+
+
+def test_readyz_says_why_while_nvml_is_missing_and_healthz_still_answers(simulate: Make) -> None:
+    agent = _agent(simulate, "nvml-missing")
+    agent.pass_once()
+    client = create_app(agent).test_client()
+
+    assert client.get("/healthz").status_code == 200
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.get_json()["reason"] == "NVML is not available: nvmlInit: NVML Shared Library Not Found"
+    assert "imex_agent_nvml_up 0.0" in client.get("/metrics").get_data(as_text=True)
+    doc = inventory.read_inventory(agent.api.read_node())
+    assert doc is not None and doc["health"] == "unknown" and "Shared Library Not Found" in doc["reason"]
+
+
+def test_readyz_is_ok_and_metrics_count_gpus_by_health(simulate: Make) -> None:
+    agent = _agent(simulate, "completed-not-success")
+    agent.pass_once()
+    client = create_app(agent).test_client()
+
+    assert client.get("/readyz").get_json() == {"ready": True,
+                                                "reason": "NVML initialised (driver 570.133.20), 4 GPUs"}
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'imex_agent_gpus{health="healthy"} 3.0' in text
+    assert 'imex_agent_gpus{health="unhealthy"} 1.0' in text
+    assert 'imex_agent_passes_total{outcome="ok"} 1.0' in text
+    assert client.get("/gpus").get_json()["gpus"][2]["fabric"]["status"] == "Insufficient Resources"
+
+
+def test_hot_add_and_release_outcomes_and_durations_are_in_the_metrics(simulate: Make) -> None:
+    agent = _agent(simulate, "composable-hot-add")
+    agent.metrics.finished("hot-add", "ready", 1.5)
+    agent.metrics.observer("release")("busy", "refused", 0.01)
+
+    text = create_app(agent).test_client().get("/metrics").get_data(as_text=True)
+
+    assert 'imex_agent_operations_total{operation="hot-add",outcome="ready"} 1.0' in text
+    assert 'imex_agent_operation_duration_seconds_sum{operation="hot-add",outcome="ready"} 1.5' in text
+    assert 'imex_agent_step_duration_seconds_count{operation="release",outcome="refused",step="busy"} 1.0' in text
+
+
+def test_the_endpoints_are_served_over_http(simulate: Make) -> None:
+    agent = _agent(simulate, "nvl72-tray")
+    agent.pass_once()
+    server = ProbeServer(agent, "127.0.0.1:0").start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz", timeout=5) as answer:
+            body: Any = json.loads(answer.read())
+    finally:
+        server.stop()
+    assert body["ready"] is True

@@ -1,0 +1,122 @@
+"""Settings of ``imex-webhook agent``: read once from the command line (and ``NODE_NAME``), then frozen."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.adapters.kube_agent import DEFAULT_DEVICE_PLUGIN_SELECTORS
+from webhook.agent.steps import Deadlines
+
+DEFAULT_LISTEN = "0.0.0.0:8081"
+STEP_NAMES = tuple(f.name.replace("_", "-") for f in dataclasses.fields(Deadlines))
+
+
+class SettingsError(ValueError):
+    """A flag combination that cannot work; the message says which flag and why."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    node: str
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+    nvml_sim: Path | None = None
+    sysfs_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    interval: float = 30.0
+    once: bool = False
+    dry_run: bool = False
+    own_clique_label: bool = False
+    persistence_mode: bool = False
+    device_plugin_selectors: tuple[str, ...] = DEFAULT_DEVICE_PLUGIN_SELECTORS
+    device_plugin_namespace: str | None = None
+    device_plugin: bool = True
+    listen: str = DEFAULT_LISTEN
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    log_format: str = "plain"
+    log_level: str = "info"
+
+    @property
+    def simulated(self) -> bool:
+        return self.nvml_sim is not None
+
+    @property
+    def standalone(self) -> bool:
+        """A simulation with no API server: the Node lives in memory and changes are only logged."""
+        return self.simulated and self.kubeconfig is None and not self.in_cluster
+
+    def redacted(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                   help="the Node this agent runs on (default: $NODE_NAME, set from spec.nodeName)")
+    kube = p.add_mutually_exclusive_group()
+    kube.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    kube.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    p.add_argument("--nvml-sim", type=Path, metavar="FILE",
+                   help="simulated GPUs from a scenario file (YAML/JSON) instead of NVML, with fake sysfs/procfs")
+    p.add_argument("--sysfs-root", type=Path, default=Path("/sys"), help="where sysfs is mounted (default /sys)")
+    p.add_argument("--proc-root", type=Path, default=Path("/proc"), help="where procfs is mounted (default /proc)")
+    p.add_argument("--interval", type=float, default=30.0, help="seconds between passes (default 30)")
+    p.add_argument("--once", action="store_true", help="one pass (read, publish, handle attachments), then exit")
+    p.add_argument("--dry-run", action="store_true", help="print the changes it would make, make none")
+    p.add_argument("--own-clique-label", action="store_true",
+                   help="set and remove nvidia.com/gpu.clique (leave off when GFD or the DRA plugin owns it)")
+    p.add_argument("--persistence-mode", action="store_true", help="enable persistence mode on hot-added GPUs")
+    p.add_argument("--device-plugin-selector", action="append", metavar="SELECTOR",
+                   help="label selector of the device-plugin pods to refresh after a hot-add; repeatable "
+                        f"(default: {' and '.join(DEFAULT_DEVICE_PLUGIN_SELECTORS)})")
+    p.add_argument("--device-plugin-namespace", help="look for device-plugin pods only in this namespace")
+    p.add_argument("--no-device-plugin", action="store_true",
+                   help="no device plugin on this node (DRA only): no pod refresh, no allocatable wait")
+    p.add_argument("--listen", default=DEFAULT_LISTEN,
+                   help=f"HOST:PORT of /healthz /readyz /metrics, plain HTTP; 'none' to disable "
+                        f"(default {DEFAULT_LISTEN})")
+    p.add_argument("--deadline", action="append", default=[], metavar="STEP=SECONDS",
+                   help=f"deadline of one step; steps: {', '.join(STEP_NAMES)}")
+    p.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+
+def _deadlines(values: list[str]) -> Deadlines:
+    changes: dict[str, float] = {}
+    for value in values:
+        step, sep, seconds = value.partition("=")
+        if not sep or step.strip().replace("_", "-") not in STEP_NAMES:
+            raise SettingsError(f"--deadline {value!r}: expected STEP=SECONDS with STEP one of {', '.join(STEP_NAMES)}")
+        try:
+            number = float(seconds)
+        except ValueError as exc:
+            raise SettingsError(f"--deadline {value!r}: {seconds!r} is not a number of seconds") from exc
+        if number <= 0:
+            raise SettingsError(f"--deadline {value!r}: must be positive")
+        changes[step.strip().replace("-", "_")] = number
+    return dataclasses.replace(Deadlines(), **changes)
+
+
+def from_args(ns: argparse.Namespace) -> AgentSettings:
+    if not ns.node:
+        raise SettingsError("--node is required (or set NODE_NAME, e.g. from the downward API spec.nodeName)")
+    if ns.interval <= 0:
+        raise SettingsError("--interval must be positive")
+    listen = "" if ns.listen in ("", "none") else ns.listen
+    if listen and not listen.rpartition(":")[2].isdigit():
+        raise SettingsError(f"--listen {ns.listen!r}: expected HOST:PORT")
+    if ns.nvml_sim is not None and not ns.nvml_sim.is_file():
+        raise SettingsError(f"--nvml-sim {ns.nvml_sim}: no such file")
+    return AgentSettings(
+        node=ns.node, kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, nvml_sim=ns.nvml_sim,
+        sysfs_root=ns.sysfs_root, proc_root=ns.proc_root, interval=ns.interval, once=ns.once, dry_run=ns.dry_run,
+        own_clique_label=ns.own_clique_label, persistence_mode=ns.persistence_mode,
+        device_plugin_selectors=tuple(ns.device_plugin_selector or DEFAULT_DEVICE_PLUGIN_SELECTORS),
+        device_plugin_namespace=ns.device_plugin_namespace, device_plugin=not ns.no_device_plugin,
+        listen=listen, deadlines=_deadlines(ns.deadline), log_format=ns.log_format, log_level=ns.log_level,
+    )
