@@ -40,7 +40,7 @@ class Served:
 
     def session(self) -> requests.Session:
         s = requests.Session()
-        s.verify = str(self.ca)
+        # verify goes with each request (post): REQUESTS_CA_BUNDLE would override a session-level verify.
         return s
 
     def post(self, path: str, body: Any = None, data: bytes | None = None,

@@ -60,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
     sub.add_parser("agent", help="the node agent (DaemonSet): clique labels, GPU inventory, hot-add, release",
                    add_help=False)
+    sub.add_parser("fabric-sim", help="the stateful Redfish composition simulator", add_help=False)
     sub.add_parser("demo", help="play a scenario through the real endpoints on the demo cluster", add_help=False)
     sub.add_parser("certs", help="create a CA and a serving certificate for the Service",
                            add_help=False, description="Same as python -m certs; see --help.")
@@ -72,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from webhook.agent import cli as agent_cli
 
         return agent_cli.main(args[1:], configure_logging=logs.configure)
+    if args[:1] == ["fabric-sim"]:
+        from webhook.fabric_sim import cli as fabric_sim_cli
+
+        return fabric_sim_cli.main(args[1:])
     if args[:1] == ["demo"]:
         from webhook.service import demo
 

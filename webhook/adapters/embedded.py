@@ -114,6 +114,10 @@ class EmbeddedBackend:
     def stop(self) -> None:
         pass
 
+    def node_objects(self) -> list[dict[str, Any]]:
+        """The Node objects as loaded (the simulated node agents start from them)."""
+        return list(self._by_kind["Node"])
+
     def ready(self) -> tuple[bool, str]:
         return (True, f"embedded cluster from {self.source}") if self.store.synced else (False, "loading")
 

@@ -73,9 +73,11 @@ def free_local(node: Node, snapshot: Snapshot, pod_uid: str = "") -> int:
 
 
 def attachable(node: Node, snapshot: Snapshot) -> int:
-    if not node.fabric_zone or node.fabric_slots <= 0:
+    """Fabric GPUs the node can still take: its free slots, and no more than its zone has free blocks."""
+    slots = node.fabric_slots - snapshot.attached_blocks.get(node.name, 0)
+    if not node.fabric_zone or slots <= 0:
         return 0
-    return min(node.fabric_slots, snapshot.fabric_free.get(node.fabric_zone, 0))
+    return min(slots, snapshot.fabric_free.get(node.fabric_zone, 0))
 
 
 def node_fit(node: Node, need: Demand, snapshot: Snapshot, pod_uid: str = "") -> Fit:

@@ -58,6 +58,12 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation]) -> dict[
         })
     reservations = [_reservation(r, True) for _, r in sorted(snapshot.reservations.items())]
     reservations += [_reservation(r, False) for g, r in sorted(proposals.items()) if g not in snapshot.reservations]
+    attachments = [
+        {"name": a.name, "pod": f"{a.pod_namespace}/{a.pod_name}", "node": a.node, "zone": a.zone, "gpus": a.gpus,
+         "phase": a.phase.value, "message": a.message, "since": a.phase_since,
+         "blocks": [{"id": b.id, "uuid": b.uuid, "pciAddress": b.pci_address} for b in a.blocks]}
+        for a in sorted(snapshot.attachments.values(), key=lambda a: (a.pod_namespace, a.pod_name))
+    ]
     return {
         "version": snapshot.version,
         "nodes": len(snapshot.nodes),
@@ -66,4 +72,5 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation]) -> dict[
         "groups": groups,
         "reservations": reservations,
         "fabricFree": dict(sorted(snapshot.fabric_free.items())),
+        "attachments": attachments,
     }

@@ -197,3 +197,4 @@ class Snapshot:
     version: int = 0
     attachments: Mapping[str, Attachment] = field(default_factory=dict)  # pod UID -> its fabric attachment
     promised_gpus: Mapping[str, int] = field(default_factory=dict)  # node -> Ready attached GPUs of unbound pods
+    attached_blocks: Mapping[str, int] = field(default_factory=dict)  # node -> fabric slots in use

@@ -161,8 +161,9 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     spare_fabric = sum(max(0, v) for v in zone_budget.values())
     spare_gpus = sum(local[n.name] for n in usable) + spare_fabric
     spare_nodes = len([n for n in usable if n.name not in placed])
-    # The ceiling ignores current use: could the domain ever host the group, once pods finish?
-    candidates = [n for n in nodes if eligible(n, group, snapshot)]
+    # The ceiling ignores current use, holds of other ComputeDomains included: could the domain ever
+    # host the group, once the pods running there finish?
+    candidates = nodes
     if need.whole_node:
         ceiling = sum(1 for n in candidates if n.gpus > 0)
     elif need.gpus == 0:

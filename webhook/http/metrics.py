@@ -46,4 +46,18 @@ class Metrics:
                                        registry=self.registry)
         self.cache_rejected = Gauge("imex_webhook_cache_rejected_objects", "Objects skipped as malformed",
                                     registry=self.registry)
+        self.attach_seconds = Histogram("imex_webhook_fabric_attach_duration_seconds",
+                                        "Attach before bind, from the first bind call to Ready, by outcome",
+                                        ["outcome"], buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120),
+                                        registry=self.registry)
+        self.cleanups = Counter("imex_webhook_fabric_cleanups_total",
+                                "Reconciler actions: released, rolled-back, detached, orphan-detached (a "
+                                "leaked block recovered)", ["action"], registry=self.registry)
         self.registry.register(_StateCollector(sync_state, reservations))
+
+    # The fabric Observer protocol (webhook.state.fabric): the attacher and the reconciler report here.
+    def attach_done(self, outcome: str, seconds: float) -> None:
+        self.attach_seconds.labels(outcome).observe(seconds)
+
+    def cleanup(self, what: str) -> None:
+        self.cleanups.labels(what).inc()

@@ -20,8 +20,11 @@ from gunicorn.app.base import BaseApplication
 
 from certs import files as cert_files
 from certs import issue as cert_issue
+from webhook.adapters import embedded as embedded_backend
+from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
+from webhook.service import fabric_wiring
 from webhook.service.settings import WORKER_TIMEOUT, Settings
 from webhook.state.backend import Backend
 from webhook.state.cluster import ClusterStore
@@ -91,6 +94,11 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
     backend.start()
     app = create_app(engine, backend, settings.max_body, tls_ready) if tls_ready else \
         create_app(engine, backend, settings.max_body)
+    nodes = backend.node_objects() if isinstance(backend, embedded_backend.EmbeddedBackend) else []
+    fabric_wiring.start(settings.fabric, store, backend, engine, app.extensions["imex"].metrics,
+                        credentials=settings.fabric_credentials, ca=settings.fabric_ca,
+                        refresh=settings.fabric_refresh, timeouts=Timeouts(attach=settings.attach_timeout),
+                        node_objects=nodes)
     _start_housekeeping(engine, settings.housekeeping_interval)
     return app, engine, backend
 

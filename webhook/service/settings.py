@@ -40,6 +40,10 @@ class Settings:
     in_cluster: bool = False
     cluster_files: tuple[Path, ...] = ()
     fabric: str = "none"
+    fabric_credentials: Path | None = None
+    fabric_ca: Path | None = None
+    fabric_refresh: float = 5.0
+    attach_timeout: float = 120.0
     max_body: int = DEFAULT_MAX_BODY
     bind_budget: float = DEFAULT_BIND_BUDGET
     housekeeping_interval: float = 30.0
@@ -85,7 +89,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--in-cluster", action="store_true", help="use the in-cluster service account")
     src.add_argument("--cluster", type=Path, action="append", default=[], metavar="FILE",
                      help="embedded mode: Kubernetes objects (YAML/JSON, List or multi-document); repeatable")
-    src.add_argument("--fabric", default="none", help="fabric manager: URL, 'embedded' or 'none' (default)")
+    src.add_argument("--fabric", default="none",
+                     help="fabric manager: a Redfish service URL, 'embedded' (the built-in simulator) or 'none'")
+    src.add_argument("--fabric-credentials", type=Path, metavar="FILE",
+                     help="Redfish credentials: 'user:password' or YAML {username, password}")
+    src.add_argument("--fabric-ca", type=Path, metavar="FILE", help="CA that signed the Redfish service's certificate")
+    src.add_argument("--fabric-refresh", type=float, default=5.0,
+                     help="seconds between fabric inventory refreshes and reconcile rounds (default %(default)s)")
+    src.add_argument("--attach-timeout", type=float, default=120.0,
+                     help="seconds from attach start to Ready before an attach is rolled back (default %(default)s)")
     pol = parser.add_argument_group("policy")
     pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
                      help="node label naming the domain; repeatable, first present wins "
@@ -124,6 +136,10 @@ def from_args(ns: argparse.Namespace) -> Settings:
             raise SettingsError(f"--cluster {path}: no such file")
     if ns.fabric not in ("none", "embedded") and not ns.fabric.startswith(("http://", "https://")):
         raise SettingsError(f"--fabric {ns.fabric!r}: expected a URL, 'embedded' or 'none'")
+    if ns.fabric.startswith(("http://", "https://")) and ns.fabric_credentials is None:
+        raise SettingsError("--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)")
+    if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0:
+        raise SettingsError("--fabric-refresh and --attach-timeout must be positive")
     policy = Policy(
         domain_labels=tuple(ns.domain_label) or keys.DEFAULT_DOMAIN_LABELS,
         channel_device_classes=tuple(ns.channel_device_class) or keys.DEFAULT_CHANNEL_DEVICE_CLASSES,
@@ -135,6 +151,8 @@ def from_args(ns: argparse.Namespace) -> Settings:
         bind=ns.bind, workers=ns.workers, threads=ns.threads, tls_cert=ns.tls_cert, tls_key=ns.tls_key,
         tls_dir=tls_dir, client_ca=ns.client_ca, service_name=ns.service_name, namespace=ns.namespace,
         kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, cluster_files=tuple(ns.cluster), fabric=ns.fabric,
+        fabric_credentials=ns.fabric_credentials, fabric_ca=ns.fabric_ca, fabric_refresh=ns.fabric_refresh,
+        attach_timeout=ns.attach_timeout,
         max_body=ns.max_body, bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
         access_log=ns.access_log, policy=policy,
     )

@@ -312,7 +312,13 @@ class ClusterStore:
             if node.domain:
                 domains[node.domain].append(node.name)
         promised: dict[str, int] = defaultdict(int)
+        slots_used: dict[str, int] = defaultdict(int)
         for uid, att in self._attachments.items():
+            if att.phase is not Phase.DETACHED:
+                # Blocks composed or being composed occupy the node's slots until they are detached; a
+                # Pending attachment has not picked its blocks yet but will take that many.
+                pending = att.gpus if att.phase is Phase.PENDING else 0
+                slots_used[att.node] += len(att.blocks) or pending
             key = self._uids.get(uid)
             bound = key is not None and self._pods[key].pod.node_name is not None
             # Ready GPUs sit in the node's allocatable before their pod binds: keep them for that pod.
@@ -331,6 +337,7 @@ class ClusterStore:
             version=self._version,
             attachments=dict(self._attachments),
             promised_gpus=dict(promised),
+            attached_blocks=dict(slots_used),
         )
 
     def bind_locally(self, namespace: str, name: str, node: str) -> Pod:

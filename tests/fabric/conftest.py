@@ -1,0 +1,112 @@
+"""Fixtures of the fabric tests: simulators on 127.0.0.1 (real HTTP, own thread, free port) and clients."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from webhook.adapters.redfish import RedfishClient
+from webhook.fabric_sim import inventory as inv
+from webhook.fabric_sim import server
+from webhook.fabric_sim.compose import Simulator
+
+AUTH = ("admin", "admin")
+BLOCKS = "/redfish/v1/CompositionService/ResourceBlocks"
+SYSTEMS = "/redfish/v1/Systems"
+
+
+def inventory(**options: Any) -> inv.Inventory:
+    """Two zones: pool-a (nodes a-0, a-1; GPU blocks ga-0..ga-3) and pool-b (node b-0; blocks gb-0, gb-1)."""
+    faults = options.pop("faults", {})
+    return inv.from_dict({
+        "zones": [{"id": "pool-a", "name": "Pool A"}, {"id": "pool-b"}],
+        "systems": [{"id": "a-0", "zone": "pool-a", "max_blocks": 3}, {"id": "a-1", "zone": "pool-a"},
+                    {"id": "b-0", "zone": "pool-b"}],
+        "blocks": [*({"id": f"ga-{i}", "zone": "pool-a"} for i in range(4)),
+                   *({"id": f"gb-{i}", "zone": "pool-b"} for i in range(2))],
+        "options": {**options, "faults": faults},
+    })
+
+
+def deadline(seconds: float = 10.0) -> float:
+    return time.monotonic() + seconds
+
+
+class FakeClock:
+    """The simulator's task clock, moved by the test: task timing without sleeping or racing."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Sim:
+    """A running simulator plus plain-HTTP helpers for assertions on its state."""
+
+    def __init__(self, running: server.RunningSim) -> None:
+        self.running = running
+        self.url = running.url
+        self.http = requests.Session()
+        self.http.trust_env = False  # else REQUESTS_CA_BUNDLE would override verify (psf/requests#3829)
+        self.http.auth = AUTH
+        self.http.verify = str(running.ca_cert) if running.ca_cert else True
+
+    def state(self) -> dict[str, Any]:
+        body: dict[str, Any] = self.http.get(self.url + "/admin/state", timeout=10).json()
+        return body
+
+    def composed(self) -> dict[str, list[str]]:
+        """System -> blocks as the simulator holds them."""
+        systems: dict[str, list[str]] = self.state()["systems"]
+        return systems
+
+    def faults(self, **faults: Any) -> None:
+        self.http.post(self.url + "/admin/faults", json=faults, timeout=10).raise_for_status()
+
+    def options(self, **options: Any) -> None:
+        self.http.post(self.url + "/admin/options", json=options, timeout=10).raise_for_status()
+
+    def client(self, **kwargs: Any) -> RedfishClient:
+        settings: dict[str, Any] = {"timeout": 2.0, "retries": 3, "backoff": 0.01, "max_poll_interval": 0.1}
+        settings.update(kwargs)
+        verify = str(self.running.ca_cert) if self.running.ca_cert else True
+        return RedfishClient(self.url, *AUTH, verify, **settings)
+
+    def close(self) -> None:
+        self.http.close()
+        self.running.stop()
+
+
+@pytest.fixture
+def start_sim() -> Iterator[Callable[..., Sim]]:
+    started: list[Sim] = []
+
+    def start(source: inv.Inventory | Simulator | None = None, tls: server.TlsFiles | None = None) -> Sim:
+        sim = Sim(server.start_in_thread(source or inventory(), tls=tls))
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.close()
+
+
+@pytest.fixture
+def sim(start_sim: Callable[..., Sim]) -> Sim:
+    return start_sim()
+
+
+@pytest.fixture
+def client(sim: Sim) -> Iterator[RedfishClient]:
+    c = sim.client()
+    yield c
+    c.close()

@@ -1,0 +1,96 @@
+"""The Redfish client seen through the ``Fabric`` protocol the attacher and the reconciler use.
+
+Translates ``BlockInfo`` into the attachment's ``Block`` and ``FabricError`` into ``FabricFailure`` (or
+``TimeoutError`` when only the deadline ran out, so that the attacher reports "still composing" and the
+next bind continues instead of declaring the attach failed). Also refreshes the free GPUs per zone into
+the ClusterStore on an interval: that is the "attachable" capacity every filter call reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from webhook.adapters.redfish import RedfishClient
+from webhook.adapters.redfish_wire import BlockInfo, FabricError
+from webhook.domain.attachments import Block
+from webhook.state.cluster import ClusterStore
+from webhook.state.fabric import FabricFailure
+
+log = logging.getLogger(__name__)
+
+
+def _block(info: BlockInfo) -> Block:
+    return Block(id=info.id, uuid=info.uuid, pci_address=info.pci_address)
+
+
+def _failure(exc: FabricError) -> Exception:
+    # Only the caller's deadline ran out: the composition may still be running and a later attach call
+    # carries on without composing twice, so this is "not yet", not a failure to roll back.
+    if exc.deadline:
+        return TimeoutError(str(exc))
+    return FabricFailure(str(exc))
+
+
+class RedfishFabric:
+    def __init__(self, client: RedfishClient) -> None:
+        self.client = client
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def free_per_zone(self) -> dict[str, int]:
+        return self.client.free_per_zone()
+
+    def free_blocks(self, zone: str) -> list[Block]:
+        self.client.invalidate()  # choosing blocks wants the current state, not the last refresh
+        try:
+            return [_block(b) for b in self.client.free_blocks().get(zone, [])]
+        except FabricError as exc:
+            raise FabricFailure(str(exc)) from exc
+
+    def system_for(self, node: str, annotation: str | None) -> str:
+        try:
+            return self.client.system_for(node, annotation)
+        except FabricError as exc:
+            raise FabricFailure(str(exc)) from exc
+
+    def attach(self, system: str, block_ids: list[str], deadline: float) -> list[Block]:
+        try:
+            return [_block(b) for b in self.client.attach(system, block_ids, deadline)]
+        except FabricError as exc:
+            raise _failure(exc) from exc
+
+    def detach(self, system: str, block_ids: list[str], deadline: float) -> None:
+        try:
+            self.client.detach(system, block_ids, deadline)
+        except FabricError as exc:
+            raise FabricFailure(str(exc)) from exc
+
+    def composed(self) -> dict[str, set[str]]:
+        try:
+            blocks = self.client.refresh()
+        except FabricError as exc:
+            raise FabricFailure(str(exc)) from exc
+        out: dict[str, set[str]] = {}
+        for block in blocks:
+            for system in block.systems:
+                out.setdefault(system, set()).add(block.id)
+        return out
+
+    def feed(self, store: ClusterStore, interval: float) -> None:
+        """Keep ``store``'s free-blocks-per-zone current (a background thread until ``stop``)."""
+        def loop() -> None:
+            while True:
+                try:
+                    store.set_fabric_free(self.client.free_per_zone())
+                except (FabricError, OSError) as exc:
+                    log.warning("fabric inventory refresh failed, keeping the last figures: %s", exc)
+                if self._stop.wait(interval):
+                    return
+
+        self._thread = threading.Thread(target=loop, name="fabric-inventory", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.client.close()

@@ -1,0 +1,90 @@
+"""``imex-webhook fabric-sim``: run the Redfish composition simulator standalone.
+
+``main(argv)`` takes the arguments after the subcommand; ``add_arguments`` / ``run`` serve a parent
+parser that wants the flags in its own ``--help``. The first line on stdout names the URL (and the CA to
+trust), so a script that binds port 0 can read where the simulator listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import yaml
+
+from certs.issue import CertError
+from webhook.fabric_sim import inventory as inv
+from webhook.fabric_sim import server
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bind", default="127.0.0.1:8443", metavar="HOST:PORT",
+                   help="address to listen on (port 0: any free port); default %(default)s")
+    p.add_argument("--inventory", metavar="FILE", help="YAML or JSON inventory (docs/FABRIC.md); default: the "
+                                                       "demo pool pcie-pool-1 with nodes fab-00..fab-03")
+    p.add_argument("--tls-dir", metavar="DIR", help="serve HTTPS with the CA and certificate in DIR (created if "
+                                                    "absent); without any --tls-* option the simulator speaks HTTP")
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (with --tls-key)")
+    p.add_argument("--tls-key", metavar="FILE")
+    p.add_argument("--print-inventory", action="store_true", help="print the inventory as YAML and exit")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _split_bind(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--bind {bind!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def run(ns: argparse.Namespace) -> int:
+    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        inventory = inv.load(ns.inventory) if ns.inventory else inv.demo()
+        host, port = _split_bind(ns.bind)
+        if bool(ns.tls_cert) != bool(ns.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together")
+        tls = None
+        if ns.tls_cert:
+            tls = server.TlsFiles(Path(ns.tls_cert), Path(ns.tls_key))
+        elif ns.tls_dir:
+            tls = server.tls_from_dir(ns.tls_dir, host)
+    except (inv.InventoryError, ValueError, CertError, OSError) as exc:
+        print(f"imex-webhook fabric-sim: {exc}", file=sys.stderr)
+        return 2
+    if ns.print_inventory:
+        yaml.safe_dump(inv.to_dict(inventory), sys.stdout, sort_keys=False)
+        return 0
+    try:
+        running = server.start_in_thread(inventory, host, port, tls=tls, access_log=ns.access_log)
+    except (OSError, ValueError) as exc:
+        print(f"imex-webhook fabric-sim: cannot start: {exc}", file=sys.stderr)
+        return 1
+    ca = f" (trust {running.ca_cert})" if running.ca_cert else ""
+    print(f"fabric-sim serving {running.url}{ca}; user {inventory.credentials.username}", flush=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    while not stop.wait(1.0):
+        pass
+    running.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="imex-webhook fabric-sim",
+                                description="A stateful DMTF Redfish composition service (ResourceBlocks, zones, "
+                                            "expandable systems, tasks, ETags, fault injection).")
+    add_arguments(p)
+    return run(p.parse_args(list(sys.argv[1:] if argv is None else argv)))

@@ -1,0 +1,223 @@
+"""``imex-webhook demo``: the service on the demo cluster, driven the way a cluster would drive it.
+
+Starts ``imex-webhook serve`` (embedded demo cluster, simulated fabric and node agents, TLS with fresh
+certificates) and plays the jobs of ``demo_scenario`` through the real HTTPS endpoints in the order
+kube-apiserver and kube-scheduler call them: ``/mutate`` for each pod CREATE, then for each pod
+``/filter``, ``/prioritize`` and ``/bind``. Shows progress, ends with a table of where every job went,
+and exits non-zero if anything did not happen as a correct service must make it happen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import jsonpatch
+import requests
+
+from webhook.adapters import demo
+from webhook.service import demo_scenario
+from webhook.service.demo_scenario import Job
+
+
+@dataclass
+class Outcome:
+    job: Job
+    nodes: list[str] = field(default_factory=list)
+    domains: set[str] = field(default_factory=set)
+    attached: int = 0
+    reason: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class Client:
+    def __init__(self, url: str, ca: Path) -> None:
+        self.url = url
+        self.session = requests.Session()
+        # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a session's verify.
+        self.ca = str(ca)
+
+    def post(self, path: str, body: Any) -> Any:
+        reply = self.session.post(self.url + path, json=body, timeout=60, verify=self.ca)
+        if reply.status_code != 200:
+            raise RuntimeError(f"POST {path} answered {reply.status_code}: {reply.text[:300]}")
+        return reply.json()
+
+    def get(self, path: str) -> Any:
+        return self.session.get(self.url + path, timeout=30, verify=self.ca).json()
+
+
+def _admit(client: Client, job: Job, index: int) -> dict[str, Any]:
+    """kube-apiserver: mutating admission, then name generation and the UID (they come after admission)."""
+    pod = demo_scenario.pod_create(job, index)
+    answer = client.post("/mutate", demo_scenario.admission_review(str(uuid.uuid4()), pod))["response"]
+    if not answer.get("allowed"):
+        raise RuntimeError(f"admission denied {job.name}: {answer.get('status', {}).get('message')}")
+    if "patch" in answer:
+        pod = jsonpatch.apply_patch(pod, base64.b64decode(answer["patch"]).decode())
+    meta = pod["metadata"]
+    meta["name"] = f"{job.name}-{index}"
+    meta["uid"] = demo.uid("pod", demo.NAMESPACE, meta["name"])
+    return pod
+
+
+def _schedule(client: Client, pod: dict[str, Any], nodes: list[str], out: Outcome) -> None:
+    """kube-scheduler with the imex-scheduler profile: filter, prioritize, pick the best, bind."""
+    meta = pod["metadata"]
+    args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+    for attempt in range(20):  # a pending fabric attach answers bind with an Error; the scheduler retries
+        result = client.post("/filter", args)
+        if result["Error"]:
+            raise RuntimeError(f"filter error for {meta['name']}: {result['Error']}")
+        if not result["NodeNames"]:
+            reasons = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
+            out.reason = sorted(set(reasons.values()))[0] if reasons else "no node passed"
+            return
+        scores = {s["Host"]: s["Score"] for s in client.post("/prioritize", args)}
+        best = max(result["NodeNames"], key=lambda n: (scores.get(n, 0), -result["NodeNames"].index(n)))
+        bound = client.post("/bind", {"PodName": meta["name"], "PodNamespace": demo.NAMESPACE,
+                                      "PodUID": meta["uid"], "Node": best})
+        if not bound["Error"]:
+            out.nodes.append(best)
+            return
+        if "retries" not in bound["Error"] or attempt == 19:
+            raise RuntimeError(f"bind of {meta['name']} to {best}: {bound['Error']}")
+        time.sleep(0.2)
+
+
+def _check(out: Outcome, inspect: dict[str, Any]) -> None:
+    job = out.job
+    node_domain = {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.clique")
+                   or n["metadata"]["labels"].get("imex-webhook.io/fabric-zone") for n in demo.nodes()}
+    out.domains = {node_domain[n] or "" for n in out.nodes}
+    if job.expect_reason:
+        if out.nodes:
+            out.problems.append(f"expected no placement, got {len(out.nodes)} pods bound")
+        if job.expect_reason not in out.reason:
+            out.problems.append(f"expected a reason with {job.expect_reason!r}, got {out.reason!r}")
+        return
+    if len(out.nodes) != job.pods:
+        out.problems.append(f"{len(out.nodes)} of {job.pods} pods bound ({out.reason})")
+    if out.domains != {job.expect_domain}:
+        out.problems.append(f"expected domain {job.expect_domain}, got {sorted(out.domains)}")
+    if job.compute_domain and len(set(out.nodes)) != len(out.nodes):
+        out.problems.append("two pods of one ComputeDomain share a node")
+    out.attached = sum(a["gpus"] for a in inspect.get("attachments", [])
+                       if a.get("pod", "").startswith(f"{demo.NAMESPACE}/{job.name}-") and a.get("phase") == "Ready")
+    if out.attached != job.expect_attached:
+        out.problems.append(f"expected {job.expect_attached} fabric GPUs attached, got {out.attached}")
+
+
+def run(client: Client, stream: TextIO) -> list[Outcome]:
+    nodes = sorted(n["metadata"]["name"] for n in demo.nodes())
+    outcomes = []
+    for job in demo_scenario.JOBS:
+        print(f"==> {job.name}: {job.what}", file=stream, flush=True)
+        out = Outcome(job)
+        pods = [_admit(client, job, i) for i in range(job.pods)]
+        print(f"    admitted {len(pods)} pods (scheduler {pods[0]['spec'].get('schedulerName')})", file=stream)
+        for i, pod in enumerate(pods, 1):
+            _schedule(client, pod, nodes, out)
+            if out.reason:
+                print(f"    unschedulable: {out.reason}", file=stream, flush=True)
+                break
+            print(f"\r    scheduled {i}/{len(pods)}", end="", file=stream, flush=True)
+        print("", file=stream)
+        _check(out, client.get("/inspect"))
+        outcomes.append(out)
+    return outcomes
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [("job", "pods", "domain", "nodes", "attached GPUs", "outcome")]
+    for o in outcomes:
+        domain = ", ".join(sorted(o.domains)) or "-"
+        nodes = f"{min(o.nodes)}..{max(o.nodes)}" if o.nodes else "-"
+        verdict = ("ok" if o.ok else "FAILED: " + "; ".join(o.problems))
+        detail = o.reason if o.reason and o.ok else ""
+        rows.append((o.job.name, str(o.job.pods), domain, nodes, str(o.attached),
+                     f"{verdict}{': ' + detail if detail else ''}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+@contextmanager
+def served(workdir: Path, port: int) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    tls = workdir / "tls"
+    log = (workdir / "serve.log").open("wb")
+    cmd = [sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}", "--tls-dir", str(tls),
+           "--fabric", "embedded"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"https://localhost:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve exited ({proc.returncode}); see {workdir / 'serve.log'}")
+            try:
+                if (tls / "ca.crt").exists() and requests.get(url + "/readyz", verify=str(tls / "ca.crt"),
+                                                              timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"serve not ready within 60 s; see {workdir / 'serve.log'}")
+            time.sleep(0.2)
+        yield url, tls / "ca.crt", proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="imex-webhook demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=8443, help="port for the demo server (default %(default)s)")
+    parser.add_argument("--workdir", type=Path, help="where certificates and the server log go (default: temp)")
+    parser.add_argument("--exit", action="store_true", help="stop the server after the table instead of "
+                                                           "serving until Ctrl-C")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="imex-webhook-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    stream = sys.stderr
+    try:
+        with served(workdir, args.port) as (url, ca, proc):
+            print(f"imex-webhook serving {url} (demo cluster, simulated fabric and agents; CA {ca})", file=stream)
+            outcomes = run(Client(url, ca), stream)
+            print("\n" + table(outcomes))
+            print(f"\nInspect: curl --cacert {ca} {url}/inspect")
+            failed = [o for o in outcomes if not o.ok]
+            if not args.exit and not failed:
+                print("Serving until Ctrl-C ...", file=stream, flush=True)
+                try:
+                    proc.wait()
+                except KeyboardInterrupt:
+                    pass
+    except (RuntimeError, requests.RequestException) as exc:
+        print(f"imex-webhook demo: {exc}", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"imex-webhook demo: {len(failed)} job(s) did not go as they must", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,151 @@
+"""Wiring of the fabric mode for one ``serve`` worker: the Redfish client (or the in-process simulator),
+attach before bind, the reconciler, the free-blocks feed, and in embedded mode the simulated node agents.
+
+``--fabric none``: nothing here runs; a pod that would need fabric GPUs is refused at bind with that
+reason. ``--fabric embedded``: the composition simulator serves the demo inventory in this process and
+simulated node agents (the real hot-add and release code over a fake NVML and sysfs) drive attachments
+to Ready and Released, as DaemonSet agents do in a cluster. ``--fabric URL``: a real Redfish service.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.adapters.redfish import RedfishClient
+from webhook.adapters.redfish_fabric import RedfishFabric
+from webhook.agent.simulated import SimulatedNodeAgents
+from webhook.domain.attachments import Attachment, Phase
+from webhook.domain.errors import StoreConflict
+from webhook.domain.fabric_plan import Timeouts
+from webhook.fabric_sim import inventory as sim_inventory
+from webhook.fabric_sim.server import RunningSim, start_in_thread
+from webhook.state.backend import Backend
+from webhook.state.cluster import ClusterStore
+from webhook.state.engine import Engine
+from webhook.state.fabric import FabricAttacher, MemoryAttachmentStore, Observer
+from webhook.state.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+
+
+class FabricConfigError(Exception):
+    pass
+
+
+@dataclass
+class FabricParts:
+    fabric: RedfishFabric
+    reconciler: Reconciler
+    sim: RunningSim | None = None
+    agents: EmbeddedAgents | None = None
+    extra: list[Any] = field(default_factory=list)
+
+    def stop(self) -> None:
+        self.reconciler.stop()
+        self.fabric.stop()
+        if self.agents is not None:
+            self.agents.stop()
+        if self.sim is not None:
+            self.sim.stop()
+
+
+def read_credentials(path: Path | None) -> tuple[str, str]:
+    """``user:password`` on one line, or YAML ``{username, password}``; kept out of the command line."""
+    if path is None:
+        raise FabricConfigError("--fabric URL needs --fabric-credentials FILE (user:password or YAML)")
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise FabricConfigError(f"--fabric-credentials {path}: {exc.strerror or exc}") from exc
+    if ":" in text and "\n" not in text and not text.startswith("{"):
+        user, _, password = text.partition(":")
+        return user, password
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise FabricConfigError(f"--fabric-credentials {path}: not user:password nor YAML: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("username"), str) or not isinstance(
+            doc.get("password"), str):
+        raise FabricConfigError(f"--fabric-credentials {path}: expected username and password")
+    return doc["username"], doc["password"]
+
+
+class EmbeddedAgents:
+    """The simulated node agents, run like DaemonSet agents: they react to attachment changes in their own
+    thread (as a watch would deliver them), never inside the writer's call."""
+
+    def __init__(self, store: MemoryAttachmentStore, cluster: ClusterStore, node_objects: list[dict[str, Any]]):
+        self.store = store
+        self.agents = SimulatedNodeAgents(node_objects,
+                                          on_node_change=lambda node: cluster.apply("Node", "MODIFIED", node))
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        store.subscribe(lambda att: self._queue.put(att.name))
+        self._thread = threading.Thread(target=self._run, name="simulated-node-agents", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (name := self._queue.get()) is not None:
+            try:
+                self._handle(name)
+            except Exception:  # one bad attachment must not stop the simulated agents
+                log.exception("simulated node agent failed on %s", name)
+
+    def _handle(self, name: str) -> None:
+        current = self.store.get(name)
+        if current is None:
+            return
+        if current.phase is Phase.ATTACHED:
+            self._write(current, self.agents.on_attached(current))
+        elif current.phase is Phase.RELEASING and not current.released:
+            self._write(current, self.agents.on_releasing(current))
+        elif current.phase is Phase.DETACHED:
+            self.agents.on_detached(current)
+
+    def _write(self, current: Attachment, result: Attachment) -> None:
+        # The agent owns the status fields it reports; the rest stays as the store has it.
+        update = replace(current, phase=result.phase, blocks=result.blocks, conditions=result.conditions,
+                         message=result.message, phase_since=result.phase_since or current.phase_since)
+        try:
+            self.store.update(update)
+        except StoreConflict:
+            self._queue.put(current.name)  # changed meanwhile: look again
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        self.agents.close()
+
+
+def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, observer: Observer, *,
+          credentials: Path | None = None, ca: Path | None = None, refresh: float = 5.0,
+          timeouts: Timeouts | None = None, node_objects: list[dict[str, Any]] | None = None) -> FabricParts | None:
+    if fabric == "none":
+        return None
+    sim: RunningSim | None = None
+    verify: str | bool
+    if fabric == "embedded":
+        inv = sim_inventory.demo()
+        sim = start_in_thread(inv)
+        url, user, password, verify = sim.url, inv.credentials.username, inv.credentials.password, True
+    else:
+        url, (user, password) = fabric, read_credentials(credentials)
+        verify = str(ca) if ca else True
+    client = RedfishClient(url, user, password, verify, refresh_interval=refresh)
+    redfish = RedfishFabric(client)
+    engine.attacher = FabricAttacher(backend.attachments, redfish, observer)
+    reconciler = Reconciler(backend.attachments, redfish, store, timeouts, leader=backend.is_leader,
+                            observer=observer)
+    parts = FabricParts(redfish, reconciler, sim)
+    if isinstance(backend.attachments, MemoryAttachmentStore):
+        parts.agents = EmbeddedAgents(backend.attachments, store, node_objects or [])
+    redfish.feed(store, refresh)
+    reconciler.start(interval=max(1.0, refresh))
+    log.info("fabric mode: %s (%s)", "embedded simulator" if sim else "Redfish service", url)
+    return parts
