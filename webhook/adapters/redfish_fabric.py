@@ -37,6 +37,14 @@ class RedfishFabric:
         self.client = client
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._loaded = threading.Event()
+        self._last_error = "no inventory read yet"
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once the free blocks were read at least once: before that, fabric capacity reads as 0."""
+        if self._loaded.is_set():
+            return True, f"fabric inventory from {self.client.base_url}"
+        return False, f"fabric inventory not read yet from {self.client.base_url}: {self._last_error}"
 
     def free_per_zone(self) -> dict[str, int]:
         return self.client.free_per_zone()
@@ -83,7 +91,9 @@ class RedfishFabric:
             while True:
                 try:
                     store.set_fabric_free(self.client.free_per_zone())
+                    self._loaded.set()
                 except (FabricError, OSError) as exc:
+                    self._last_error = str(exc)
                     log.warning("fabric inventory refresh failed, keeping the last figures: %s", exc)
                 if self._stop.wait(interval):
                     return

@@ -65,7 +65,7 @@ def live_reservations(snapshot: Snapshot, proposals: Mapping[str, Reservation], 
 
 
 def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: Policy,
-            now: float, holder: str = "") -> Context | None:
+            now: float, holder: str = "", candidates: Sequence[str] | None = None) -> Context | None:
     """Resolve the pod's group and the group's domain; None for a pod outside any group."""
     resolution = grouping.resolve(pod, snapshot.catalog, policy)
     group = resolution.group
@@ -84,6 +84,7 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         group, resolution.size, need, snapshot,
         live_reservations(snapshot, proposals, policy, now),
         pending_self=not pod.uid or pod.uid not in known,
+        allowed=set(candidates) if candidates is not None else None,
     )
     if choice.domain is None:
         return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later, pod.uid)
@@ -109,7 +110,7 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
 
     ``node_view`` holds the nodes as the scheduler sent them (full NodeList mode); otherwise the cache.
     """
-    ctx = context(pod, snapshot, proposals, policy, now, holder)
+    ctx = context(pod, snapshot, proposals, policy, now, holder, candidates)
     if ctx is None:
         return FilterOutcome(passed=tuple(candidates))
     nodes = node_view if node_view is not None else snapshot.nodes

@@ -8,7 +8,7 @@ other groups (their reservations, minus members they placed) is taken out first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from webhook.domain.capacity import attachable, free_local
@@ -83,9 +83,12 @@ def eligible(node: Node, group: Group, snapshot: Snapshot) -> bool:
 
 
 def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Snapshot,
-          held: list[Hold]) -> Offer:
+          held: list[Hold], allowed: Set[str] | None = None) -> Offer:
+    """``allowed``: the nodes the scheduler found feasible for this pod (its own filters: node selectors,
+    affinity, taints); only they can take members now. The ceiling still counts the whole domain."""
     names = [n for n in snapshot.domains.get(domain, ()) if n in snapshot.nodes]
-    nodes = [snapshot.nodes[n] for n in names if not snapshot.nodes[n].unschedulable]
+    every = [snapshot.nodes[n] for n in names if not snapshot.nodes[n].unschedulable]
+    nodes = every if allowed is None else [n for n in every if n.name in allowed]
     already = snapshot.node_groups
     local = {n.name: free_local(n, snapshot) for n in nodes}
     slots = {n.name: attachable(n, snapshot) for n in nodes}
@@ -163,7 +166,7 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     spare_nodes = len([n for n in usable if n.name not in placed])
     # The ceiling ignores current use, holds of other ComputeDomains included: could the domain ever
     # host the group, once the pods running there finish?
-    candidates = nodes
+    candidates = every
     if need.whole_node:
         ceiling = sum(1 for n in candidates if n.gpus > 0)
     elif need.gpus == 0:
@@ -174,11 +177,12 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
 
 
 def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
-           others: Mapping[str, Reservation], pending_self: bool = True) -> Choice:
+           others: Mapping[str, Reservation], pending_self: bool = True, allowed: Set[str] | None = None) -> Choice:
     """The domain for the whole group, or a reason a human can act on when there is none.
 
     ``pending_self``: the pod being scheduled is not yet among the known members (a filter request for a
-    pod the caches have not seen); it counts as one more member to place.
+    pod the caches have not seen); it counts as one more member to place. ``allowed``: the candidate
+    nodes the scheduler sent (None: every node).
     """
     seen, placed, placed_nodes = members_summary(snapshot.members.get(group.id, ()))
     total = max(size or 0, seen + (1 if pending_self else 0), 1)
@@ -191,7 +195,7 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
                       "it is split and cannot be kept in one NVLink domain: delete and resubmit the job",
                       remaining)
     held = holds(snapshot, others, group.id)
-    offers = tuple(offer(d, group, need, remaining, snapshot, held) for d in candidates if d)
+    offers = tuple(offer(d, group, need, remaining, snapshot, held, allowed) for d in candidates if d)
     fitting = [o for o in offers if o.pods >= remaining]
     if fitting:
         best = min(fitting, key=lambda o: (o.spare_gpus, o.spare_nodes, o.attaches, o.domain))

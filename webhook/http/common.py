@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -17,12 +17,17 @@ from webhook.state.backend import Backend
 from webhook.state.engine import Engine
 
 
+Check = Callable[[], tuple[bool, str]]
+
+
 @dataclass(frozen=True)
 class Services:
     engine: Engine
     backend: Backend
     metrics: Metrics
-    tls_ready: Callable[[], tuple[bool, str]]
+    tls_ready: Check
+    # More /readyz checks registered after start-up (the fabric inventory, when a fabric is configured).
+    checks: dict[str, Check] = field(default_factory=dict)
 
 
 def services() -> Services:

@@ -20,6 +20,7 @@ def healthz() -> Response:
 def readyz() -> Response:
     svc = services()
     checks = {"cluster": svc.backend.ready(), "tls": svc.tls_ready()}
+    checks.update({name: check() for name, check in svc.checks.items()})
     ok = all(passed for passed, _ in checks.values())
     body = {"ready": ok, "checks": {name: {"ok": p, "detail": d} for name, (p, d) in checks.items()}}
     return json_response(body, 200 if ok else 503)

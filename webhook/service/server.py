@@ -95,10 +95,13 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
     app = create_app(engine, backend, settings.max_body, tls_ready) if tls_ready else \
         create_app(engine, backend, settings.max_body)
     nodes = backend.node_objects() if isinstance(backend, embedded_backend.EmbeddedBackend) else []
-    fabric_wiring.start(settings.fabric, store, backend, engine, app.extensions["imex"].metrics,
+    parts = fabric_wiring.start(settings.fabric, store, backend, engine, app.extensions["imex"].metrics,
                         credentials=settings.fabric_credentials, ca=settings.fabric_ca,
-                        refresh=settings.fabric_refresh, timeouts=Timeouts(attach=settings.attach_timeout),
+                        refresh=settings.fabric_refresh,
+                        timeouts=Timeouts(attach=settings.attach_timeout, orphan_grace=settings.orphan_grace),
                         node_objects=nodes)
+    if parts is not None:
+        app.extensions["imex"].checks["fabric"] = parts.fabric.ready
     _start_housekeeping(engine, settings.housekeeping_interval)
     return app, engine, backend
 

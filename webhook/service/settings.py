@@ -44,6 +44,7 @@ class Settings:
     fabric_ca: Path | None = None
     fabric_refresh: float = 5.0
     attach_timeout: float = 120.0
+    orphan_grace: float = 60.0
     max_body: int = DEFAULT_MAX_BODY
     bind_budget: float = DEFAULT_BIND_BUDGET
     housekeeping_interval: float = 30.0
@@ -98,6 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="seconds between fabric inventory refreshes and reconcile rounds (default %(default)s)")
     src.add_argument("--attach-timeout", type=float, default=120.0,
                      help="seconds from attach start to Ready before an attach is rolled back (default %(default)s)")
+    src.add_argument("--orphan-grace", type=float, default=60.0,
+                     help="seconds a composed block no attachment accounts for is left alone before it is "
+                          "detached (default %(default)s)")
     pol = parser.add_argument_group("policy")
     pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
                      help="node label naming the domain; repeatable, first present wins "
@@ -138,8 +142,8 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError(f"--fabric {ns.fabric!r}: expected a URL, 'embedded' or 'none'")
     if ns.fabric.startswith(("http://", "https://")) and ns.fabric_credentials is None:
         raise SettingsError("--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)")
-    if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0:
-        raise SettingsError("--fabric-refresh and --attach-timeout must be positive")
+    if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0 or ns.orphan_grace < 0:
+        raise SettingsError("--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative")
     policy = Policy(
         domain_labels=tuple(ns.domain_label) or keys.DEFAULT_DOMAIN_LABELS,
         channel_device_classes=tuple(ns.channel_device_class) or keys.DEFAULT_CHANNEL_DEVICE_CLASSES,
@@ -152,7 +156,7 @@ def from_args(ns: argparse.Namespace) -> Settings:
         tls_dir=tls_dir, client_ca=ns.client_ca, service_name=ns.service_name, namespace=ns.namespace,
         kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, cluster_files=tuple(ns.cluster), fabric=ns.fabric,
         fabric_credentials=ns.fabric_credentials, fabric_ca=ns.fabric_ca, fabric_refresh=ns.fabric_refresh,
-        attach_timeout=ns.attach_timeout,
+        attach_timeout=ns.attach_timeout, orphan_grace=ns.orphan_grace,
         max_body=ns.max_body, bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
         access_log=ns.access_log, policy=policy,
     )
