@@ -9,7 +9,6 @@ why; and at the end no block is left composed without an attachment (the leak co
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,9 +126,9 @@ def test_a_task_that_never_finishes_is_reported_and_rolled_back(served: serving.
 def test_a_block_composed_without_an_attachment_is_recovered(served: serving.Served, sim: RunningSim) -> None:
     # What a crash between the compose and the status write leaves behind: composed, recorded nowhere.
     block = next(iter(admin(sim, "/admin/state")["blocks"]))
+    target = {"ResourceBlock": {"@odata.id": f"/redfish/v1/CompositionService/ResourceBlocks/{block}"}}
     reply = requests.post(sim.url + "/redfish/v1/Systems/fab-02/Actions/ComputerSystem.AddResourceBlock",
-                          json={"ResourceBlock": {"@odata.id": f"/redfish/v1/CompositionService/ResourceBlocks/{block}"}},
-                          auth=AUTH, timeout=10)
+                          json=target, auth=AUTH, timeout=10)
     assert reply.status_code in (200, 202, 204), reply.text
     eventually(lambda: composed(sim) != {}, timeout=5)
     eventually(lambda: composed(sim) == {}, timeout=15, what="the orphan released after its grace period")

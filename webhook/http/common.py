@@ -16,7 +16,6 @@ from webhook.http.metrics import Metrics
 from webhook.state.backend import Backend
 from webhook.state.engine import Engine
 
-
 Check = Callable[[], tuple[bool, str]]
 
 
