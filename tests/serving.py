@@ -58,23 +58,28 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(tmp: Path, *args: str, ready_timeout: float = 30.0) -> Iterator[Served]:
+def serve(tmp: Path, *args: str, ready_timeout: float = 30.0, ca: Path | None = None,
+          client_cert: tuple[Path, Path] | None = None) -> Iterator[Served]:
+    """``ca``: the CA of certificates given in ``args`` (--tls-cert/--tls-key); else a --tls-dir is made.
+    ``client_cert``: (cert, key) presented while waiting for readiness (servers started with --client-ca)."""
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     tls = tmp / "tls"
     log = tmp / "serve.log"
-    cmd = [sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}", "--tls-dir", str(tls), *args]
+    tls_args = [] if ca is not None else ["--tls-dir", str(tls)]
+    cmd = [sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}", *tls_args, *args]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    served = Served(f"https://localhost:{port}", tls / "ca.crt", proc, log)
+    served = Served(f"https://localhost:{port}", ca or tls / "ca.crt", proc, log)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {proc.returncode}:\n{served.output()}")
             try:
-                if served.ca.exists() and served.get("/readyz").status_code == 200:
+                if served.ca.exists() and requests.get(served.url + "/readyz", verify=str(served.ca), timeout=30,
+                                                       cert=client_cert).status_code == 200:
                     break
             except requests.ConnectionError:
                 pass
