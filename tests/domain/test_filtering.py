@@ -40,7 +40,7 @@ def test_clique_values_sharing_a_clique_number_are_different_domains() -> None:
     out = _filter(objects, builders.pod("job-0", cd="job"))
     assert len(out.passed) == 4 and len(_domains(objects, out.passed)) == 1
     other = next(n for n in out.unresolvable if n.startswith("b-") or n.startswith("a-"))
-    assert "node is in domain" in out.unresolvable[other]
+    assert "node is outside domain" in out.unresolvable[other]
 
 
 def test_best_fit_picks_the_smallest_domain_that_holds_the_whole_group() -> None:

@@ -125,44 +125,52 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     domain = ctx.domain
-    need = ctx.demand
-    node_groups = snapshot.node_groups
-    node_cds = snapshot.node_compute_domains
-    cd = group.compute_domain
-    where = f"{group.kind.value} group {group.namespace}/{group.name} is placed in domain {domain}"
     attaching = capacity.own_attachment(pod.uid, snapshot)
+    # Most candidates fail for the same reason (another domain): one shared string each, so the reply
+    # stays cheap to build and kube-scheduler's FailedScheduling event counts them under one message.
+    other_domain = (f"node is outside domain {domain}, where {group.kind.value} group "
+                    f"{group.namespace}/{group.name} is placed; the whole group stays in one NVLink domain")
+    no_domain = (f"node has no NVLink or fabric domain label ({', '.join(policy.domain_labels)}); "
+                 "group pods run only inside one domain")
+    missing = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
+    elsewhere = (f"fabric GPUs are being attached to node {attaching.node} for this pod (attachment "
+                 f"{attaching.name}, phase {attaching.phase.value}); it binds there") if attaching else ""
     for name in candidates:
         node = nodes.get(name)
         if attaching is not None and name != attaching.node:
-            unresolvable[name] = (f"fabric GPUs are being attached to node {attaching.node} for this pod "
-                                  f"(attachment {attaching.name}, phase {attaching.phase.value}); it binds there")
+            unresolvable[name] = elsewhere
         elif node is None:
-            unresolvable[name] = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
-        elif node.domain is None:
-            unresolvable[name] = (f"node has no NVLink or fabric domain label ({', '.join(policy.domain_labels)}); "
-                                  "group pods run only inside one domain")
+            unresolvable[name] = missing
         elif node.domain != domain:
-            unresolvable[name] = f"node is in domain {node.domain}; {where}"
-        elif cd and node.compute_domain and node.compute_domain != cd:
-            unresolvable[name] = (f"node is held by ComputeDomain {node.compute_domain} "
-                                  "(the NVIDIA DRA driver allows one ComputeDomain per node)")
-        elif cd and node_cds.get(name) and node_cds[name] - {cd}:
-            other = sorted(node_cds[name] - {cd})[0]
-            unresolvable[name] = (f"node runs a pod of ComputeDomain {other} "
-                                  "(the NVIDIA DRA driver allows one ComputeDomain per node)")
-        elif group.one_pod_per_node and group.id in node_groups.get(name, frozenset()):
-            unresolvable[name] = ("node already runs a pod of this ComputeDomain; the driver publishes one "
-                                  "IMEX channel per node, so members need one node each")
+            unresolvable[name] = no_domain if node.domain is None else other_domain
         else:
-            fit = capacity.node_fit(node, need, snapshot, pod.uid)
-            if fit.verdict is Verdict.FITS:
+            verdict, reason = _in_domain(node, group, ctx, snapshot, pod.uid)
+            if verdict is Verdict.FITS:
                 passed.append(name)
-            elif fit.verdict is Verdict.BUSY:
-                failed[name] = fit.reason
+            elif verdict is Verdict.BUSY:
+                failed[name] = reason
             else:
-                unresolvable[name] = fit.reason
+                unresolvable[name] = reason
     outcome = "placed" if passed else "no-fit"
     return FilterOutcome(tuple(passed), failed, unresolvable, ctx, outcome, outcome)
+
+
+def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_uid: str) -> tuple[Verdict, str]:
+    """The checks for a node inside the group's domain: ComputeDomain exclusivity, then capacity."""
+    cd = group.compute_domain
+    name = node.name
+    if cd and node.compute_domain and node.compute_domain != cd:
+        return Verdict.NEVER, (f"node is held by ComputeDomain {node.compute_domain} "
+                               "(the NVIDIA DRA driver allows one ComputeDomain per node)")
+    held = snapshot.node_compute_domains.get(name)
+    if cd and held and held - {cd}:
+        return Verdict.NEVER, (f"node runs a pod of ComputeDomain {sorted(held - {cd})[0]} "
+                               "(the NVIDIA DRA driver allows one ComputeDomain per node)")
+    if group.one_pod_per_node and group.id in snapshot.node_groups.get(name, frozenset()):
+        return Verdict.NEVER, ("node already runs a pod of this ComputeDomain; the driver publishes one "
+                               "IMEX channel per node, so members need one node each")
+    fit = capacity.node_fit(node, ctx.demand, snapshot, pod_uid)
+    return fit.verdict, fit.reason
 
 
 def _all_fail(candidates: Sequence[str], _: dict[str, str], ctx: Context, outcome: str, reason_class: str,

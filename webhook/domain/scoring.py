@@ -39,8 +39,11 @@ def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: 
         return [(name, MIN_EXTENDER_PRIORITY) for name in candidates]
     nodes = node_view if node_view is not None else snapshot.nodes
     out = []
+    domain = ctx.domain
     for name in candidates:
         node = nodes.get(name)
-        score = score_node(node, ctx, snapshot) if node is not None else MIN_EXTENDER_PRIORITY
-        out.append((name, max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score))))
+        if node is None or node.domain != domain:
+            out.append((name, MIN_EXTENDER_PRIORITY))  # filter already refused it; no need to weigh it
+            continue
+        out.append((name, max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score_node(node, ctx, snapshot)))))
     return out

@@ -1,0 +1,128 @@
+"""Command lines of ``imex-webhook bench`` and ``imex-webhook simulate`` (wired in ``webhook.cli``).
+
+Each entry function takes its own argv (without the subcommand) and returns an exit status, so the
+top-level command only hands arguments over; ``python -m webhook.tools.cli bench|simulate ...`` works
+too, before or without that wiring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated node counts, got {text!r}") from exc
+    if not sizes or any(s < 18 for s in sizes):
+        raise argparse.ArgumentTypeError("node counts must be at least 18 (one clique)")
+    return sizes
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="imex-webhook bench",
+        description="Measure /filter, /prioritize and /mutate of the real service (gunicorn gthread, TLS, "
+                    "embedded cluster) against a trivial Flask baseline behind the same configuration, in one "
+                    "run, plus in-process decision costs. Writes bench.md and bench.json to --out.")
+    p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory (default %(default)s)")
+    p.add_argument("--quick", action="store_true", help="a few seconds in all, for CI: checks shapes, not figures")
+    p.add_argument("--nodes", type=_sizes, default=None, metavar="N[,N...]",
+                   help="cluster sizes, nodes in cliques of 18 x 4 GPUs (default 500,5000)")
+    p.add_argument("--concurrency", type=int, default=None, help="concurrent kept-alive connections (default 4)")
+    p.add_argument("--duration", type=float, default=None, help="seconds per run (default 3)")
+    p.add_argument("--repeats", type=int, default=None, help="A/B pairs per scenario (default 3)")
+    p.add_argument("--procs", type=int, default=1,
+                   help="load generator processes sharing the connections (default 1; see docs/BENCHMARKS.md)")
+    p.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker, both sides (default 8)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="the service's log level (default info, as deployed: one decision line per request)")
+    p.add_argument("--micro-budget", type=float, default=None, help="seconds per in-process case (default 1)")
+    return p
+
+
+def bench_main(argv: Sequence[str] | None = None) -> int:
+    from webhook.tools import bench
+
+    ns = bench_parser().parse_args(argv)
+    cfg = bench.Config.quick_run(ns.out) if ns.quick else bench.Config(out=ns.out)
+    overrides = {"sizes": ns.nodes, "concurrency": ns.concurrency, "duration": ns.duration, "repeats": ns.repeats,
+                 "micro_budget": ns.micro_budget}
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(cfg, key, value)
+    cfg.procs, cfg.threads, cfg.log_level = ns.procs, ns.threads, ns.log_level
+    if cfg.concurrency < 1 or cfg.repeats < 1 or cfg.duration <= 0 or cfg.procs < 1:
+        print("imex-webhook bench: --concurrency, --repeats, --procs must be >= 1 and --duration > 0",
+              file=sys.stderr)
+        return 2
+    try:
+        bench.run(cfg)
+    except (RuntimeError, OSError) as exc:
+        print(f"imex-webhook bench: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def simulate_parser() -> argparse.ArgumentParser:
+    from webhook.tools import workload
+
+    d = workload.Params()
+    p = argparse.ArgumentParser(
+        prog="imex-webhook simulate",
+        description="Discrete-event simulation of a large GPU cluster under three placement policies fed the "
+                    "same job stream: imex-webhook (the service's own engine), default (least-allocated, no "
+                    "domain awareness) and affinity-only (required pod affinity on the clique label). Writes "
+                    "report.md, metrics.json and PNG plots to --out.")
+    p.add_argument("--out", type=Path, default=Path("simulation"), help="output directory (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="random seed of the job stream (default %(default)s)")
+    p.add_argument("--cliques", type=int, default=d.cliques, help="NVL72 cliques of 18 x 4 GPUs (default %(default)s)")
+    p.add_argument("--jobs", type=int, default=d.jobs, help="jobs submitted (default %(default)s)")
+    p.add_argument("--load", type=float, default=d.load,
+                   help="offered GPU load as a fraction of the clique GPUs (default %(default)s)")
+    p.add_argument("--fabric-zones", type=int, default=d.fabric_zones, help="composable zones (default %(default)s)")
+    p.add_argument("--fabric-pool", type=int, default=d.fabric_pool,
+                   help="free fabric GPU blocks per zone (default %(default)s)")
+    p.add_argument("--stuck-timeout", type=float, default=d.stuck_timeout,
+                   help="seconds a partly placed job may wait before it is torn down as stuck (default %(default)s)")
+    p.add_argument("--policies", default=",".join(workload.POLICIES),
+                   help="comma-separated subset of %(default)s")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p
+
+
+def simulate_main(argv: Sequence[str] | None = None) -> int:
+    from webhook.tools import simulate, workload
+
+    ns = simulate_parser().parse_args(argv)
+    policies = tuple(p.strip() for p in ns.policies.split(",") if p.strip())
+    unknown = [p for p in policies if p not in workload.POLICIES]
+    if unknown or not policies:
+        print(f"imex-webhook simulate: unknown policy {unknown}; choose from {', '.join(workload.POLICIES)}",
+              file=sys.stderr)
+        return 2
+    if ns.cliques < 1 or ns.jobs < 1 or ns.load <= 0 or ns.fabric_zones < 0 or ns.fabric_pool < 0:
+        print("imex-webhook simulate: --cliques and --jobs must be >= 1, --load > 0, fabric sizes >= 0",
+              file=sys.stderr)
+        return 2
+    params = workload.Params(seed=ns.seed, cliques=ns.cliques, jobs=ns.jobs, load=ns.load,
+                             fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout)
+    simulate.run(params, policies, ns.out, plots=not ns.no_plots)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {"bench": bench_main, "simulate": simulate_main}
+    if not args or args[0] not in commands:
+        print("usage: python -m webhook.tools.cli {bench,simulate} [--help]", file=sys.stderr)
+        return 2
+    return commands[args[0]](args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

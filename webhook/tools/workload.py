@@ -1,0 +1,126 @@
+"""The simulated cluster's shape and the job stream every policy is fed (``imex-webhook simulate``).
+
+One stream, generated once from the seed, is replayed under every policy, so differences in the
+results come from the policies alone. The mix is what a shared NVL72 installation runs:
+- ``nvlink`` jobs: a ComputeDomain of 1 to 18 pods, one pod per node (the DRA driver's channel), each
+  pod taking a whole tray (4 GPUs) or half of one; sizes cluster around powers of two and full racks;
+- ``fabric`` jobs: 1 to 4 pods that each need more GPUs than any node has locally (the local GPU of a
+  composable node plus all of its fabric slots), grouped by the ``imex-webhook.io/group`` annotation:
+  only a policy that attaches fabric GPUs before binding can run them;
+- ``plain`` pods: single pods of 1 or 2 GPUs in no group (notebooks, inference), which fragment nodes
+  for everyone alike.
+Arrivals are Poisson with the rate that offers ``load`` times the clique GPUs on average; run times are
+log-normal (median ``runtime_median``, shape ``runtime_sigma``), as job durations on shared clusters are.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+POLICIES = ("imex-webhook", "default", "affinity-only")
+KINDS = ("nvlink", "fabric", "plain")
+
+# nvlink group sizes and their weights: small jobs, powers of two, whole racks, and a spread in between.
+SIZE_WEIGHTS: tuple[tuple[int, float], ...] = (
+    (1, 0.10), (2, 0.12), (4, 0.16), (8, 0.18), (16, 0.08), (18, 0.06),
+    *((n, 0.30 / 12) for n in (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17)),
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    seed: int = 7
+    cliques: int = 64
+    clique_nodes: int = 18
+    gpus_per_node: int = 4
+    fabric_zones: int = 4
+    fabric_nodes: int = 8  # per zone
+    fabric_local_gpus: int = 1
+    fabric_slots: int = 4
+    fabric_pool: int = 16  # free fabric GPU blocks per zone
+    jobs: int = 1500
+    load: float = 0.85  # offered GPU-seconds / (clique GPUs x time)
+    runtime_median: float = 3600.0
+    runtime_sigma: float = 1.0
+    fabric_share: float = 0.03
+    plain_share: float = 0.12
+    half_tray_share: float = 0.2  # nvlink pods that take 2 GPUs instead of 4
+    stuck_timeout: float = 1800.0  # seconds a partly placed job may wait before it is torn down
+    housekeeping: float = 30.0  # the service's reservation housekeeping interval
+
+    @property
+    def clique_gpus(self) -> int:
+        return self.cliques * self.clique_nodes * self.gpus_per_node
+
+    @property
+    def fabric_pod_gpus(self) -> int:
+        return self.fabric_local_gpus + self.fabric_slots
+
+    @property
+    def total_gpus(self) -> int:
+        """Every physical GPU: clique trays, composable nodes' local GPUs and the fabric pools."""
+        fabric = self.fabric_zones * (self.fabric_nodes * self.fabric_local_gpus + self.fabric_pool)
+        return self.clique_gpus + fabric
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    name: str  # also the namespace its objects live in
+    kind: str  # nvlink | fabric | plain
+    pods: int
+    gpus: int  # per pod
+    arrival: float  # seconds since the start
+    runtime: float  # seconds, once every pod is placed
+
+    @property
+    def grouped(self) -> bool:
+        return self.kind != "plain"
+
+    @property
+    def gpu_demand(self) -> int:
+        return self.pods * self.gpus
+
+
+def _shape(rng: random.Random, p: Params) -> tuple[str, int, int]:
+    roll = rng.random()
+    if roll < p.fabric_share and p.fabric_zones > 0:
+        return "fabric", rng.randint(1, min(4, p.fabric_nodes)), p.fabric_pod_gpus
+    if roll < p.fabric_share + p.plain_share:
+        return "plain", 1, rng.choice((1, 1, 2))
+    sizes, weights = zip(*((s, w) for s, w in SIZE_WEIGHTS if s <= p.clique_nodes), strict=True)
+    size = rng.choices(sizes, weights)[0]
+    gpus = p.gpus_per_node // 2 if rng.random() < p.half_tray_share else p.gpus_per_node
+    return "nvlink", size, gpus
+
+
+def generate(p: Params) -> list[Job]:
+    """The job stream for ``p``: the same list for the same parameters, on every machine."""
+    rng = random.Random(p.seed)
+    shapes = [_shape(rng, p) for _ in range(p.jobs)]
+    mu = math.log(p.runtime_median)
+    runtimes = [max(60.0, rng.lognormvariate(mu, p.runtime_sigma)) for _ in range(p.jobs)]
+    work = sum(pods * gpus * rt for (_, pods, gpus), rt in zip(shapes, runtimes, strict=True)) / p.jobs
+    rate = p.load * p.clique_gpus / work  # jobs per second that offer ``load`` of the clique GPUs
+    now = 0.0
+    jobs = []
+    for i, ((kind, pods, gpus), runtime) in enumerate(zip(shapes, runtimes, strict=True)):
+        jobs.append(Job(i, f"job-{i:05d}", kind, pods, gpus, round(now, 3), round(runtime, 3)))
+        now += rng.expovariate(rate)
+    return jobs
+
+
+def describe(jobs: list[Job]) -> dict[str, object]:
+    """Counts and averages of a stream, for the report."""
+    by_kind = {k: [j for j in jobs if j.kind == k] for k in KINDS}
+    return {
+        "jobs": len(jobs),
+        "by_kind": {k: len(v) for k, v in by_kind.items()},
+        "pods": sum(j.pods for j in jobs),
+        "mean_nvlink_pods": (sum(j.pods for j in by_kind["nvlink"]) / len(by_kind["nvlink"]))
+        if by_kind["nvlink"] else 0.0,
+        "arrival_span_hours": (jobs[-1].arrival - jobs[0].arrival) / 3600 if jobs else 0.0,
+        "median_runtime_hours": sorted(j.runtime for j in jobs)[len(jobs) // 2] / 3600 if jobs else 0.0,
+    }
