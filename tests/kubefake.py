@@ -325,6 +325,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
 
     async def _serve_update(self, request: kmock.Request) -> Any:
         kind = self.kind_of(request)
+        # As kube-apiserver: a PATCH must say which patch format it is (this fake applies merge patches).
+        content_type = (request.headers.get("Content-Type") or "").split(";")[0].strip()
+        if content_type not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            raise _error(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                                                      f"accepted media types include: application/merge-patch+json, "
+                                                      f"application/strategic-merge-patch+json (got {content_type!r})")
         return self.patch(kind, request.namespace, request.name or "", request.data or {},
                           subresource=request.subresource)
 

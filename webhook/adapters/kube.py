@@ -16,11 +16,17 @@ import logging
 import threading
 import time
 
-from kubernetes import config as kube_config
-from kubernetes.client import ApiClient, Configuration
-from urllib3.util.retry import Retry
+from kubernetes.client import ApiClient
 
-from webhook.adapters.kube_api import EXTENDER_HTTP_TIMEOUT, Api, ApiError, Resource, call_timeout
+from webhook.adapters.kube_api import (
+    EXTENDER_HTTP_TIMEOUT,
+    Api,
+    ApiError,
+    KubeConfigError,
+    Resource,
+    call_timeout,
+    load_configuration,
+)
 from webhook.adapters.kube_attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
 from webhook.adapters.kube_reservations import DOMAIN_RESERVATIONS, KubeReservationStore
 from webhook.adapters.kube_watch import Sink, Watcher, WatchSettings
@@ -32,6 +38,7 @@ from webhook.state.engine import Binder
 from webhook.state.reservations import ReservationStore
 
 log = logging.getLogger(__name__)
+__all__ = ["KubeBackend", "KubeBinder", "KubeConfigError", "connect"]
 
 PODS = Resource("Pod", "", "v1", "pods", True)
 CLUSTER_RESOURCES = (
@@ -50,10 +57,6 @@ STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together
 # Seven long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
 # connections ("pool is full") or opening a new one per bind.
 POOL_SIZE = 32
-
-
-class KubeConfigError(Exception):
-    """No usable credentials: the message says which source was tried and what was wrong."""
 
 
 class KubeBinder:
@@ -153,24 +156,6 @@ class KubeBackend:
         return self._lease.is_leader()
 
 
-def _configuration(kubeconfig: str | None, in_cluster: bool) -> Configuration:
-    configuration = Configuration()
-    try:
-        if in_cluster:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration, persist_config=False)
-    except (kube_config.ConfigException, OSError, ValueError) as exc:
-        source = "the in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
-        raise KubeConfigError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
-    # One quick retry of a failed connect, reads only for idempotent methods (urllib3's default list):
-    # a pooled keep-alive connection the server has just closed should not fail a bind.
-    configuration.retries = Retry(total=1, connect=1, read=1, status=0, redirect=0)
-    configuration.connection_pool_maxsize = POOL_SIZE
-    return configuration
-
-
 def connect(kubeconfig: str | None, in_cluster: bool, store: ClusterStore, holder: str,
             request_timeout: float = EXTENDER_HTTP_TIMEOUT, *, watch: WatchSettings | None = None,
             namespace: str = "imex-system") -> KubeBackend:
@@ -180,7 +165,7 @@ def connect(kubeconfig: str | None, in_cluster: bool, store: ClusterStore, holde
     httpTimeout); each call gets a share of it. ``holder`` names this replica on the reservations it
     creates. Nothing is contacted until ``start()``.
     """
-    client = ApiClient(_configuration(kubeconfig, in_cluster))
+    client = ApiClient(load_configuration(kubeconfig, in_cluster, POOL_SIZE))
     client.user_agent = "imex-webhook"
     log.info("Kubernetes API server %s (holder %s)", client.configuration.host, holder)
     return KubeBackend(Api(client, call_timeout(request_timeout)), store, holder, watch, namespace)

@@ -19,14 +19,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-import orjson
 import urllib3
-from kubernetes import config as kube_config
-from kubernetes.client import ApiClient, Configuration
-from urllib3.util.retry import Retry
+from kubernetes.client import ApiClient
 
-from webhook.adapters import kube_api
-from webhook.adapters.kube_api import Api, ApiError, Resource, Timeout
+from webhook.adapters.kube_api import (
+    JSON,
+    MERGE_PATCH,
+    Api,
+    ApiError,
+    KubeConfigError,
+    Resource,
+    Timeout,
+    load_configuration,
+)
 from webhook.adapters.kube_watch import Watcher, WatchSettings
 from webhook.domain import attachments as fa
 from webhook.domain.errors import WireError
@@ -71,10 +76,10 @@ class _Selecting(Api):
         self._selector = selector
 
     def open(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
-             timeout: Timeout | None = None) -> urllib3.BaseHTTPResponse:
+             timeout: Timeout | None = None, content_type: str = JSON) -> urllib3.BaseHTTPResponse:
         if method == "GET" and path == self._path:
             query = [*query, ("labelSelector", self._selector)]
-        return super().open(method, path, query=query, body=body, timeout=timeout)
+        return super().open(method, path, query=query, body=body, timeout=timeout, content_type=content_type)
 
 
 class _AttachmentCache:
@@ -220,54 +225,21 @@ class KubeNodeApi:
                 deleted.append(ref)
         return deleted
 
-    # -- the one request Api cannot make: a merge patch needs its own content type ------------------
+    # -- RFC 7386 merge patches (kube-apiserver wants the patch format in the content type) ----------
 
     def _merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        client: ApiClient = self.api.client
-        timeout = self.api.timeout
-        headers = {"Accept": "application/json", "Content-Type": "application/merge-patch+json"}
-        request = client.param_serialize(method="PATCH", resource_path=path, header_params=headers, body=body,
-                                         auth_settings=["BearerToken"])
-        with kube_api._translated(timeout):
-            response: urllib3.BaseHTTPResponse = client.call_api(*request, _request_timeout=timeout).response
-        try:
-            with kube_api._translated(timeout):
-                data = response.data
-        finally:
-            response.release_conn()
-        if not 200 <= response.status < 300:
-            raise ApiError.from_body(response.status, response.reason or "", data)
-        doc = orjson.loads(data)
-        if not isinstance(doc, dict):
-            raise ApiError(response.status, "BadResponse", "expected a JSON object")
-        return doc
+        return self.api.call("PATCH", path, body=body, content_type=MERGE_PATCH)
 
 
-class AgentConfigError(Exception):
-    """No usable credentials: the message says which source was tried and what was wrong."""
-
-
-def _configuration(kubeconfig: str | None, in_cluster: bool) -> Configuration:
-    configuration = Configuration()
-    try:
-        if in_cluster:
-            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, client_configuration=configuration, persist_config=False)
-    except (kube_config.ConfigException, OSError, ValueError) as exc:
-        source = "the in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
-        raise AgentConfigError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
-    # One quick retry of a failed connect (a pooled keep-alive connection the server has just closed).
-    configuration.retries = Retry(total=1, connect=1, read=1, status=0, redirect=0)
-    return configuration
+# The agent's name for it; the same error as the extender's.
+AgentConfigError = KubeConfigError
 
 
 def connect(node: str, kubeconfig: str | None, in_cluster: bool, *,
             device_plugin_selectors: Sequence[str] = DEFAULT_DEVICE_PLUGIN_SELECTORS,
             device_plugin_namespace: str | None = None, watch: WatchSettings | None = None) -> KubeNodeApi:
     """The agent's API for ``node``; raises ``AgentConfigError`` when no credentials load."""
-    client = ApiClient(_configuration(kubeconfig, in_cluster))
+    client = ApiClient(load_configuration(kubeconfig, in_cluster))
     client.user_agent = f"imex-webhook-agent/{quote(node, safe='')}"
     log.info("Kubernetes API server %s (node %s)", client.configuration.host, node)
     return KubeNodeApi(Api(client, AGENT_TIMEOUT), node, device_plugin_selectors=device_plugin_selectors,

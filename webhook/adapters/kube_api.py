@@ -20,8 +20,10 @@ from urllib.parse import quote
 
 import orjson
 import urllib3
-from kubernetes.client import ApiClient
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 Timeout = tuple[float, float]  # (connect, read) seconds; read bounds each wait for bytes, as urllib3 does
 
@@ -126,6 +128,31 @@ def _translated(timeout: Timeout) -> Iterator[None]:
 
 
 Tracker = Callable[[urllib3.BaseHTTPResponse | None], None]
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeConfigError(Exception):
+    """No usable credentials: the message says which source was tried and what was wrong."""
+
+
+def load_configuration(kubeconfig: str | None, in_cluster: bool, pool_size: int = 10) -> Configuration:
+    """The client configuration from a kubeconfig file (or the default one) or the in-cluster account."""
+    configuration = Configuration()
+    try:
+        if in_cluster:
+            kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration, persist_config=False)
+    except (kube_config.ConfigException, OSError, ValueError) as exc:
+        source = "the in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
+        raise KubeConfigError(f"cannot load Kubernetes credentials from {source}: {exc}") from exc
+    # One quick retry of a failed connect, reads only for idempotent methods (urllib3's default list):
+    # a pooled keep-alive connection the server has just closed should not fail a call.
+    configuration.retries = Retry(total=1, connect=1, read=1, status=0, redirect=0)
+    configuration.connection_pool_maxsize = pool_size
+    return configuration
 
 
 class Api:
@@ -139,12 +166,15 @@ class Api:
         self.client.close()  # type: ignore[no-untyped-call]
 
     def open(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
-             timeout: Timeout | None = None) -> urllib3.BaseHTTPResponse:
-        """Send one request; return the unread 2xx response, which the caller must close."""
+             timeout: Timeout | None = None, content_type: str = JSON) -> urllib3.BaseHTTPResponse:
+        """Send one request; return the unread 2xx response, which the caller must close.
+
+        A PATCH needs the content type that names its patch format (``MERGE_PATCH``): kube-apiserver
+        answers 415 to a PATCH sent as plain JSON."""
         timeout = timeout or self.timeout
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         request = self.client.param_serialize(method=method, resource_path=path, query_params=list(query),
                                               header_params=headers, body=body, auth_settings=["BearerToken"])
         with _translated(timeout):
@@ -159,11 +189,12 @@ class Api:
         raise ApiError.from_body(response.status, response.reason or "", data)
 
     def call(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
-             timeout: Timeout | None = None, track: Tracker | None = None) -> dict[str, Any]:
+             timeout: Timeout | None = None, track: Tracker | None = None,
+             content_type: str = JSON) -> dict[str, Any]:
         """One request and its JSON object. ``track`` sees the response while it is read, so that
         another thread can interrupt a long read (``Watcher.interrupt``)."""
         timeout = timeout or self.timeout
-        response = self.open(method, path, query=query, body=body, timeout=timeout)
+        response = self.open(method, path, query=query, body=body, timeout=timeout, content_type=content_type)
         if track is not None:
             track(response)
         try:

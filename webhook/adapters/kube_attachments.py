@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from webhook.adapters.kube_api import Api, ApiError, Resource
+from webhook.adapters.kube_api import MERGE_PATCH, Api, ApiError, Resource
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Attachment
 from webhook.domain.errors import StoreConflict, WireError
@@ -104,7 +104,7 @@ class KubeAttachmentStore:
         path = FABRIC_ATTACHMENTS.path(name=att.name)
         try:
             # Drop our finalizer first: it exists only so that a deletion waits for the detach.
-            self._api.call("PATCH", path, body={"metadata": {"finalizers": None}})
+            self._api.call("PATCH", path, body={"metadata": {"finalizers": None}}, content_type=MERGE_PATCH)
             self._api.call("DELETE", path)
         except ApiError as exc:
             if exc.status != 404:
