@@ -108,8 +108,8 @@ class Engine:
         now = self.clock()
         deadline = now + self.bind_budget
         ref = f"{namespace}/{name}"
-        pod = self.store.pod(namespace, name) or self.binder.read_pod(namespace, name)
         try:
+            pod = self.store.pod(namespace, name) or self.binder.read_pod(namespace, name)
             snapshot = self.snapshot()
             plan = binding.plan(pod, uid, node, snapshot, self.policy, self.proposals.view(now), now, self.holder)
             assert pod is not None
