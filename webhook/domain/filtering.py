@@ -128,13 +128,13 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     attaching = capacity.own_attachment(pod.uid, snapshot)
     # Most candidates fail for the same reason (another domain): one shared string each, so the reply
     # stays cheap to build and kube-scheduler's FailedScheduling event counts them under one message.
-    other_domain = (f"node is outside domain {domain}, where {group.kind.value} group "
-                    f"{group.namespace}/{group.name} is placed; the whole group stays in one NVLink domain")
+    other_domain = f"node is outside domain {domain}, which holds the whole group {group.namespace}/{group.name}"
     no_domain = (f"node has no NVLink or fabric domain label ({', '.join(policy.domain_labels)}); "
                  "group pods run only inside one domain")
     missing = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
     elsewhere = (f"fabric GPUs are being attached to node {attaching.node} for this pod (attachment "
                  f"{attaching.name}, phase {attaching.phase.value}); it binds there") if attaching else ""
+    inside = []
     for name in candidates:
         node = nodes.get(name)
         if attaching is not None and name != attaching.node:
@@ -144,13 +144,15 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
         elif node.domain != domain:
             unresolvable[name] = no_domain if node.domain is None else other_domain
         else:
-            verdict, reason = _in_domain(node, group, ctx, snapshot, pod.uid)
-            if verdict is Verdict.FITS:
-                passed.append(name)
-            elif verdict is Verdict.BUSY:
-                failed[name] = reason
-            else:
-                unresolvable[name] = reason
+            inside.append(name)
+    for name in inside:
+        verdict, reason = _in_domain(nodes[name], group, ctx, snapshot, pod.uid)
+        if verdict is Verdict.FITS:
+            passed.append(name)
+        elif verdict is Verdict.BUSY:
+            failed[name] = reason
+        else:
+            unresolvable[name] = reason
     outcome = "placed" if passed else "no-fit"
     return FilterOutcome(tuple(passed), failed, unresolvable, ctx, outcome, outcome)
 

@@ -38,12 +38,13 @@ def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: 
     if ctx is None or ctx.domain is None:
         return [(name, MIN_EXTENDER_PRIORITY) for name in candidates]
     nodes = node_view if node_view is not None else snapshot.nodes
-    out = []
     domain = ctx.domain
-    for name in candidates:
+    # Only nodes inside the group's domain are weighed; filter already refused the others.
+    inside = snapshot.domains.get(domain, ()) if node_view is None else \
+        [n for n, node in node_view.items() if node.domain == domain]
+    scores = {}
+    for name in inside:
         node = nodes.get(name)
-        if node is None or node.domain != domain:
-            out.append((name, MIN_EXTENDER_PRIORITY))  # filter already refused it; no need to weigh it
-            continue
-        out.append((name, max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score_node(node, ctx, snapshot)))))
-    return out
+        if node is not None:
+            scores[name] = max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score_node(node, ctx, snapshot)))
+    return [(name, scores.get(name, MIN_EXTENDER_PRIORITY)) for name in candidates]
