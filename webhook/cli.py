@@ -36,11 +36,14 @@ def _certs(args: list[str]) -> int:
     from certs import files as certs_files
     from webhook.service import deploy
 
+    # --fabric is ours, not the certificate tool's: the scheduler config it renders ignores nvidia.com/gpu.
+    fabric = "--fabric" in args
+    args = [a for a in args if a != "--fabric"]
     code = certs_cli.main(args)
     known, _ = certs_cli.build_parser().parse_known_args(args)
     if code == 0 and getattr(known, "kustomize", None):
         ca_pem = (Path(known.out) / certs_files.CA_CERT).read_bytes()
-        written = deploy.add_scheduler_ca_to_component(Path(known.kustomize), ca_pem)
+        written = deploy.add_scheduler_ca_to_component(Path(known.kustomize), ca_pem, fabric)
         print(f"wrote {written} (extender tlsConfig.caData)", file=sys.stderr)
     return code
 

@@ -37,3 +37,12 @@ def test_running_it_twice_does_not_list_the_patch_twice(tmp_path: Path) -> None:
     assert cli.main(args) == 0 and cli.main([*args, "--reuse-ca"]) == 0
     kustomization = yaml.safe_load((tmp_path / "c" / "kustomization.yaml").read_text())
     assert [p.get("path") for p in kustomization["patches"]].count(deploy.SCHEDULER_CA_PATCH_FILE) == 1
+
+
+def test_fabric_mode_renders_a_scheduler_config_that_leaves_gpus_to_the_extender(tmp_path: Path) -> None:
+    args = ["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path / "tls"),
+            "--kustomize", str(tmp_path / "c"), "--fabric"]
+    assert cli.main(args) == 0
+    config_map = yaml.safe_load((tmp_path / "c" / deploy.SCHEDULER_CA_PATCH_FILE).read_text())
+    (extender,) = yaml.safe_load(config_map["data"][deploy.SCHEDULER_CONFIG_KEY])["extenders"]
+    assert extender["managedResources"][0]["ignoredByScheduler"] is True

@@ -198,3 +198,28 @@ def test_workloads_run_as_non_root_with_read_only_roots_and_no_capabilities() ->
             assert ctx["readOnlyRootFilesystem"] and ctx["capabilities"]["drop"] == ["ALL"]
             assert not ctx["allowPrivilegeEscalation"]
             assert "limits" in container["resources"] and "requests" in container["resources"]
+
+
+def test_without_a_fabric_the_scheduler_keeps_judging_gpus_itself() -> None:
+    (extender,) = deploy.scheduler_config()["extenders"]
+    assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    (fabric,) = deploy.scheduler_config(fabric=True)["extenders"]
+    assert fabric["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]
+
+
+def test_the_fabric_component_patches_the_webhook_into_fabric_mode() -> None:
+    import jsonpatch
+
+    component = MANIFESTS / "components" / "fabric"
+    kustomization = yaml.safe_load((component / "kustomization.yaml").read_text())
+    (patch_ref,) = kustomization["patches"]
+    deployment = _one("Deployment", deploy.SERVICE_NAME)
+    ops = yaml.safe_load((component / patch_ref["path"]).read_text())
+    # The replace targets the --fabric argument of the base, by index: fail loudly if the base moves it.
+    index = int(ops[0]["path"].rsplit("/", 1)[-1])
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][index] == "--fabric=none"
+    patched = jsonpatch.apply_patch(deployment, ops)
+    kubernetes_validate.validate(patched, K8S_VERSION, strict=True)
+    args = patched["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--fabric=$(IMEX_FABRIC_URL)" in args and "--fabric=none" not in args
+    assert any(a.startswith("--fabric-credentials=") for a in args)

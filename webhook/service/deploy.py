@@ -46,12 +46,16 @@ def service_dns() -> str:
     return f"{SERVICE_NAME}.{NAMESPACE}.svc"
 
 
-def scheduler_config(ca_pem: bytes | None = None) -> dict[str, Any]:
+def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[str, Any]:
     """The KubeSchedulerConfiguration of the dedicated scheduler.
 
     Without ``ca_pem`` the extender's CA comes from the mounted Secret file, so a missing CA fails closed
     (kube-scheduler refuses to start) instead of falling back to an unverified connection, which is what
     it does with ``enableHTTPS`` and no CA at all. ``imex-webhook certs --kustomize`` inlines it as caData.
+
+    ``fabric``: nodes get GPUs attached at bind time, so their allocatable does not show them yet and
+    NodeResourcesFit (which runs before extenders) must not judge ``nvidia.com/gpu``: the extender does
+    that arithmetic instead. Without a fabric the scheduler keeps its own check, a second safety net.
     """
     tls: dict[str, Any] = {"serverName": service_dns()}
     if ca_pem is None:
@@ -74,15 +78,13 @@ def scheduler_config(ca_pem: bytes | None = None) -> dict[str, Any]:
             "httpTimeout": f"{EXTENDER_HTTP_TIMEOUT_S}s",
             "ignorable": False,
             "tlsConfig": tls,
-            # In fabric mode a node's allocatable does not yet show GPUs we will attach at bind time, so
-            # NodeResourcesFit must not reject it; the extender does the GPU arithmetic instead.
-            "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}],
+            "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": fabric}],
         }],
     }
 
 
-def render_scheduler_config(ca_pem: bytes | None = None) -> str:
-    return yaml.safe_dump(scheduler_config(ca_pem), sort_keys=False)
+def render_scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> str:
+    return yaml.safe_dump(scheduler_config(ca_pem, fabric), sort_keys=False)
 
 
 class _Literal(str):
@@ -105,19 +107,19 @@ def render_manifest(obj: dict[str, Any]) -> str:
     return head + yaml.dump(obj, Dumper=_Dumper, sort_keys=False)
 
 
-def scheduler_config_map(ca_pem: bytes | None = None) -> dict[str, Any]:
+def scheduler_config_map(ca_pem: bytes | None = None, fabric: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": SCHEDULER_CONFIG_MAP, "namespace": NAMESPACE},
-        "data": {SCHEDULER_CONFIG_KEY: _Literal(render_scheduler_config(ca_pem))},
+        "data": {SCHEDULER_CONFIG_KEY: _Literal(render_scheduler_config(ca_pem, fabric))},
     }
 
 
 SCHEDULER_CA_PATCH_FILE = "scheduler-config-cadata.yaml"
 
 
-def add_scheduler_ca_to_component(component_dir: Path, ca_pem: bytes) -> Path:
+def add_scheduler_ca_to_component(component_dir: Path, ca_pem: bytes, fabric: bool = False) -> Path:
     """Extend the kustomize component ``certs --kustomize`` wrote: inline the CA as the extender's caData.
 
     The base keeps ``caFile`` (fail closed if the Secret is missing); with the component applied, the
@@ -126,7 +128,7 @@ def add_scheduler_ca_to_component(component_dir: Path, ca_pem: bytes) -> Path:
     kustomization_path = component_dir / certs_cli.KUSTOMIZATION_FILE
     kustomization: dict[str, Any] = yaml.safe_load(kustomization_path.read_text())
     patch_path = component_dir / SCHEDULER_CA_PATCH_FILE
-    patch_path.write_text(render_manifest(scheduler_config_map(ca_pem)))
+    patch_path.write_text(render_manifest(scheduler_config_map(ca_pem, fabric)))
     patches = kustomization.setdefault("patches", [])
     if not any(p.get("path") == SCHEDULER_CA_PATCH_FILE for p in patches):
         patches.append({"path": SCHEDULER_CA_PATCH_FILE})
