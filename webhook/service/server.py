@@ -8,9 +8,11 @@ the next connection while in-flight requests finish on the old one.
 
 from __future__ import annotations
 
+import gc
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,7 +105,22 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
     if parts is not None:
         app.extensions["imex"].checks["fabric"] = parts.fabric.ready
     _start_housekeeping(engine, settings.housekeeping_interval)
+    _freeze_when_ready(backend)
     return app, engine, backend
+
+
+def _freeze_when_ready(backend: Backend) -> None:
+    """Once the caches are loaded, move every object alive into the garbage collector's permanent
+    generation: tens of thousands of long-lived cache objects are then never traversed again by the
+    collections that per-request garbage triggers."""
+    def wait() -> None:
+        while not backend.ready()[0]:
+            time.sleep(0.2)
+        gc.collect()
+        gc.freeze()
+        log.info("caches loaded; %d objects moved out of the garbage collector's way", gc.get_freeze_count())
+
+    threading.Thread(target=wait, name="gc-freeze", daemon=True).start()
 
 
 def _start_housekeeping(engine: Engine, interval: float) -> None:
