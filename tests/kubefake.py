@@ -47,6 +47,8 @@ import attrs
 import kmock
 import pytest
 
+from webhook.domain.patches import merge_patch
+
 T = TypeVar("T")
 Obj = dict[str, Any]
 
@@ -96,19 +98,6 @@ def _error(status: int, reason: str, message: str, **details: Any) -> kmock.Kube
 def _conflict(kind: Kind, name: str, why: str) -> kmock.KubernetesError:
     return _error(409, "Conflict", f'Operation cannot be fulfilled on {kind.qualified} "{name}": {why}',
                   name=name, kind=kind.plural)
-
-
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, null deletes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch(out.get(key), value)
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +269,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             else:
                 patch = {k: v for k, v in patch.items() if k != "status"}
         self._guard(kind, name, current, (patch.get("metadata") or {}).get("resourceVersion"))
-        return self._commit(kind, namespace, name, self._keep_identity(current, _merge_patch(current, patch)), emit)
+        return self._commit(kind, namespace, name, self._keep_identity(current, merge_patch(current, patch)), emit)
 
     def delete(self, kind: Kind, namespace: str | None, name: str, options: Obj | None = None,
                emit: bool = True) -> Obj:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhook.adapters.kube_api import MERGE_PATCH, Api, ApiError, Resource
+from webhook.adapters.kube_watch import SyncFlag
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Attachment
 from webhook.domain.errors import StoreConflict, WireError
@@ -30,15 +31,15 @@ FABRIC_ATTACHMENTS = Resource(fa.KIND, fa.GROUP, fa.VERSION, fa.PLURAL, False)
 LEASES = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
 
 
-class KubeAttachmentStore:
+class KubeAttachmentStore(SyncFlag):
     """``AttachmentStore`` on FabricAttachment objects; also the ``Sink`` of their watcher."""
 
     def __init__(self, api: Api, cluster: ClusterStore) -> None:
+        super().__init__()
         self._api = api
         self._cluster = cluster
         self._lock = threading.Lock()
         self._items: dict[str, Attachment] = {}
-        self._synced = False
 
     # -- fed by the watcher ---------------------------------------------------------------------------
 
@@ -56,15 +57,6 @@ class KubeAttachmentStore:
             self._forget(att)
         else:
             self._keep(att)
-
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
-        with self._lock:
-            self._synced = synced
-
-    @property
-    def synced(self) -> bool:
-        with self._lock:
-            return self._synced
 
     # -- AttachmentStore ------------------------------------------------------------------------------
 

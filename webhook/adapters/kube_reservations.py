@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook.adapters.kube_api import Api, ApiError, Resource
+from webhook.adapters.kube_watch import SyncFlag
 from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.model import Reservation
 
@@ -93,17 +94,17 @@ class _Entry:
     obj: dict[str, Any]  # as the server returned it, for a replace that keeps fields others added
 
 
-class KubeReservationStore:
+class KubeReservationStore(SyncFlag):
     """``ReservationStore`` on DomainReservation objects; also the ``Sink`` of their watcher."""
 
     def __init__(self, api: Api, holder: str) -> None:
+        super().__init__()
         self._api = api
         self._holder = holder
         self._lock = threading.Lock()
         self._items: dict[str, _Entry] = {}
         # What all() hands out, rebuilt on each change: every filter request reads it, writes are rare.
         self._view: Mapping[str, Reservation] = MappingProxyType({})
-        self._synced = False
 
     # -- fed by the watcher ---------------------------------------------------------------------------
 
@@ -121,15 +122,6 @@ class KubeReservationStore:
             self._forget(entry.reservation.group_id)
         else:
             self._keep(entry)
-
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
-        with self._lock:
-            self._synced = synced
-
-    @property
-    def synced(self) -> bool:
-        with self._lock:
-            return self._synced
 
     # -- ReservationStore -----------------------------------------------------------------------------
 

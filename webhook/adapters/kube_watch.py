@@ -51,6 +51,23 @@ class Sink(Protocol):
     def mark_synced(self, kind: str, synced: bool = True) -> None: ...
 
 
+class SyncFlag:
+    """``mark_synced``/``synced`` for a watcher-fed cache: false until its first list arrived."""
+
+    def __init__(self) -> None:
+        self._sync_lock = threading.Lock()
+        self._synced = False
+
+    def mark_synced(self, kind: str, synced: bool = True) -> None:
+        with self._sync_lock:
+            self._synced = synced
+
+    @property
+    def synced(self) -> bool:
+        with self._sync_lock:
+            return self._synced
+
+
 @dataclass(frozen=True, slots=True)
 class WatchSettings:
     timeout: float | None = None  # server-side timeoutSeconds; None: 5-10 min at random, as client-go

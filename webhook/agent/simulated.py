@@ -40,24 +40,13 @@ from webhook.agent.steps import Deadlines
 from webhook.agent.sysfs import Host
 from webhook.domain import attachments as fa
 from webhook.domain import keys
+from webhook.domain.patches import merge_patch
 
 log = logging.getLogger(__name__)
 NodeCallback = Callable[[dict[str, Any]], None]
 # Quick enough for an interactive demo, long enough to show every step in the logs.
 SIM_DEADLINES = Deadlines(rescan=2, enumerate=5, driver=5, nvml=5, check=5, persistence=2, device_plugin=2,
                           allocatable=5, gone=5, poll=0.02)
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
 
 
 class MemoryNodeApi:
@@ -94,7 +83,7 @@ class MemoryNodeApi:
 
     def patch_node(self, patch: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            return self._changed(_merge(self._obj, patch))
+            return self._changed(merge_patch(self._obj, patch))
 
     def refresh_device_plugin(self) -> list[str]:
         """The simulated device plugin restarts and advertises every GPU bound to nvidia."""
@@ -104,7 +93,7 @@ class MemoryNodeApi:
             self.device_plugin_restarts += 1
             status = {"status": {"capacity": {keys.GPU_RESOURCE: str(count)},
                                  "allocatable": {keys.GPU_RESOURCE: str(count)}}}
-            self._changed(_merge(self._obj, status))
+            self._changed(merge_patch(self._obj, status))
         return [f"kube-system/nvidia-device-plugin-{self.node}"]
 
     def attachments(self) -> list[fa.Attachment]:

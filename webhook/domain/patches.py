@@ -17,6 +17,7 @@ field, which the HTTP layer turns into a 400.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -135,3 +136,17 @@ class PatchBuilder:
 
     def replace(self, path: Sequence[Token], value: Any) -> None:
         self.ops.append({"op": "replace", "path": pointer(path), "value": value})
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, null deletes a key, anything else replaces.
+    Returns a new value; ``target`` is not changed."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
