@@ -198,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit", action="store_true", help="stop the server after the table instead of "
                                                            "serving until Ctrl-C")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the server the demo started is stopped with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="imex-webhook-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     stream = sys.stderr
