@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from webhook.domain import capacity, filtering, grouping, placement
 from webhook.domain.attachments import Attachment, Phase
@@ -67,11 +67,9 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
             one_pod_per_node=group.one_pod_per_node, created_at=now, holder=holder,
         )
     if reservation.domain != node.domain:
-        reservation = Reservation(
-            group_id=reservation.group_id, group_name=reservation.group_name, namespace=reservation.namespace,
-            domain=node.domain, size=reservation.size, gpus_per_pod=reservation.gpus_per_pod,
-            one_pod_per_node=reservation.one_pod_per_node, created_at=now, holder=holder,
-        )
+        # A proposal this replica made for another domain: the filter since allowed this node's domain.
+        reservation = replace(reservation, domain=node.domain, created_at=now, placed_at=None, holder=holder,
+                              version="")
     own = capacity.own_attachment(pod.uid, snapshot)
     if own is not None and own.node != node_name:
         raise DecisionError(f"fabric GPUs are being attached to node {own.node} for pod {pod.ref} (attachment "

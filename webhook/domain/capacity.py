@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.model import Catalog, Demand, Group, Node, Pod, Snapshot
+from webhook.domain.model import Catalog, Demand, Node, Pod, Snapshot
 from webhook.domain.policy import Policy
 
 # Phases in which a pod's attached GPUs are composed to the node but not yet in its allocatable.
@@ -104,18 +104,3 @@ def node_fit(node: Node, need: Demand, snapshot: Snapshot, pod_uid: str = "") ->
     fabric_note = f" and {fabric} attachable from fabric zone {node.fabric_zone}" if node.fabric_zone else ""
     return Fit(Verdict.BUSY, f"pod needs {wanted} GPUs; {local} free{fabric_note} now", local, 0, 0)
 
-
-def pods_that_fit(node: Node, need: Demand, group: Group, snapshot: Snapshot, limit: int) -> tuple[int, int]:
-    """How many more pods of ``group`` the node can take (at most ``limit``) and the fabric GPUs that costs."""
-    if limit <= 0:
-        return 0, 0
-    local = free_local(node, snapshot)
-    fabric = attachable(node, snapshot)
-    if need.whole_node:
-        return (1, 0) if node.gpus > 0 and local == node.gpus else (0, 0)
-    per_node_cap = 1 if group.one_pod_per_node else limit
-    if need.gpus == 0:
-        return min(per_node_cap, limit), 0
-    fitting = min(per_node_cap, limit, (local + fabric) // need.gpus)
-    attach = max(0, fitting * need.gpus - local)
-    return fitting, attach

@@ -81,10 +81,7 @@ def plan(attachments: list[Attachment], pods: Mapping[str, Pod], nodes: Set[str]
     """``pods`` by UID, ``nodes`` the node names that exist, ``composed`` system -> composed block ids,
     ``orphan_seen`` block id -> when it was first seen unaccounted for."""
     actions: list[Action] = []
-    accounted: set[str] = set()
     for att in sorted(attachments, key=lambda a: a.name):
-        if att.phase is not Phase.DETACHED:
-            accounted.update(b.id for b in att.blocks)
         pod = pods.get(att.pod_uid)
         if att.phase is Phase.DETACHED or (att.phase is Phase.FAILED and not att.blocks):
             if pod is None or att.deleting or pod.terminated or pod.deleting or att.phase is Phase.DETACHED:
@@ -99,8 +96,9 @@ def plan(attachments: list[Attachment], pods: Mapping[str, Pod], nodes: Set[str]
         reason = _release_reason(att, pod, now, timeouts)
         if reason is not None:
             actions.append(Action(Act.RELEASE, reason, att))
+    orphans = unaccounted(attachments, composed)
     for system, blocks in sorted(composed.items()):
-        for block in sorted(blocks - accounted):
+        for block in sorted(blocks & orphans):
             first = orphan_seen.get(block, now)
             if now - first >= timeouts.orphan_grace:
                 actions.append(Action(Act.DETACH_ORPHAN,

@@ -117,9 +117,9 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     group = ctx.group
     assert group is not None
     if ctx.resolution.problems:
-        return _all_fail(candidates, {}, ctx, "invalid-group", "invalid-group", unresolvable=True)
+        return _all_fail(candidates, ctx, "invalid-group", "invalid-group", unresolvable=True)
     if ctx.domain is None:
-        return _all_fail(candidates, {}, ctx, "no-domain", "no-domain", unresolvable=not ctx.resolvable_later)
+        return _all_fail(candidates, ctx, "no-domain", "no-domain", unresolvable=not ctx.resolvable_later)
 
     passed: list[str] = []
     failed: dict[str, str] = {}
@@ -175,7 +175,7 @@ def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_u
     return fit.verdict, fit.reason
 
 
-def _all_fail(candidates: Sequence[str], _: dict[str, str], ctx: Context, outcome: str, reason_class: str,
+def _all_fail(candidates: Sequence[str], ctx: Context, outcome: str, reason_class: str,
               unresolvable: bool) -> FilterOutcome:
     reasons = {name: ctx.reason for name in candidates}
     if unresolvable:

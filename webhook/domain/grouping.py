@@ -20,8 +20,6 @@ from webhook.domain.model import (
 )
 from webhook.domain.policy import Policy
 
-NOT_A_GROUP = GroupResolution(group=None, size=None, size_source="unknown")
-
 
 def _claim_spec(pod: Pod, catalog: Catalog, template: str | None, claim: str | None) -> ClaimSpec | None:
     if template:

@@ -155,10 +155,6 @@ class Member:
     pod: Pod
     demand: Demand
 
-    @property
-    def placed(self) -> bool:
-        return self.pod.node_name is not None
-
 
 @dataclass(frozen=True, slots=True)
 class Reservation:

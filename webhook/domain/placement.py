@@ -226,7 +226,3 @@ def _describe(group: Group, total: int, need: Demand) -> str:
     per_node = ", one per node" if group.one_pod_per_node else ""
     return f"{group.kind.value} group {group.namespace}/{group.name} ({total} pods x {gpus}{per_node})"
 
-
-def domain_of(node_name: str, nodes: Mapping[str, Node]) -> str | None:
-    node = nodes.get(node_name)
-    return node.domain if node else None

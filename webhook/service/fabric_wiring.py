@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class FabricParts:
     reconciler: Reconciler
     sim: RunningSim | None = None
     agents: EmbeddedAgents | None = None
-    extra: list[Any] = field(default_factory=list)
 
     def stop(self) -> None:
         self.reconciler.stop()

@@ -112,7 +112,7 @@ class ClusterStore:
                 namespaces, self._deferred = self._deferred, None
             for namespace in sorted(namespaces):
                 self._rederive(namespace)
-            self._changed(kind == "Pod")
+            self._changed()
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
         """One watch event: ADDED, MODIFIED or DELETED."""
@@ -121,33 +121,33 @@ class ClusterStore:
                 self._remove(kind, _key(obj))
             else:
                 self._upsert(kind, obj)
-            self._changed(kind == "Pod")
+            self._changed()
 
     def set_fabric_free(self, free: Mapping[str, int]) -> None:
         with self._lock:
             if dict(free) != self._fabric_free:
                 self._fabric_free = dict(free)
-                self._changed(False)
+                self._changed()
 
     def set_reservations(self, reservations: Mapping[str, Reservation]) -> None:
         with self._lock:
             self._reservations = dict(reservations)
-            self._changed(False)
+            self._changed()
 
     def replace_attachments(self, items: Iterable[Attachment]) -> None:
         with self._lock:
             self._attachments = {a.pod_uid: a for a in items}
-            self._changed(False)
+            self._changed()
 
     def put_attachment(self, att: Attachment) -> None:
         with self._lock:
             self._attachments[att.pod_uid] = att
-            self._changed(False)
+            self._changed()
 
     def drop_attachment(self, pod_uid: str) -> None:
         with self._lock:
             if self._attachments.pop(pod_uid, None) is not None:
-                self._changed(False)
+                self._changed()
 
     def attachments(self) -> dict[str, Attachment]:
         with self._lock:
@@ -193,7 +193,7 @@ class ClusterStore:
         }
         return list(tables[kind])
 
-    def _changed(self, pods_only: bool) -> None:
+    def _changed(self) -> None:
         self._version += 1
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -348,7 +348,7 @@ class ClusterStore:
                 raise KeyError(f"{namespace}/{name}")
             bound = replace(derived.pod, node_name=node)
             self._set_pod(bound)
-            self._changed(True)
+            self._changed()
             return bound
 
     def put_pod(self, pod: Pod) -> None:
@@ -360,4 +360,4 @@ class ClusterStore:
             if current is not None and current.pod.node_name and not pod.node_name:
                 return  # our own binding is newer than the scheduler's copy of the pod
             self._set_pod(pod)
-            self._changed(True)
+            self._changed()

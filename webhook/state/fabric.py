@@ -20,6 +20,7 @@ from typing import Protocol
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Attachment, Block, Phase
 from webhook.domain.errors import DecisionError, StoreConflict
+from webhook.domain.fabric_plan import since
 from webhook.domain.model import Node, Pod
 from webhook.state.cluster import ClusterStore
 
@@ -253,8 +254,6 @@ class FabricAttacher:
             time.sleep(self.poll)
 
     def _waiting(self, att: Attachment, what: str) -> str:
-        from webhook.domain.fabric_plan import since
-
         return (f"attachment {att.name} for pod {att.pod_namespace}/{att.pod_name} is in phase {att.phase.value} "
                 f"for {since(att, self.clock()):.1f}s, waiting for {what}; the scheduler retries and the next "
                 "bind continues it")
