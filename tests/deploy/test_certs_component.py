@@ -44,5 +44,8 @@ def test_fabric_mode_renders_a_scheduler_config_that_leaves_gpus_to_the_extender
             "--kustomize", str(tmp_path / "c"), "--fabric"]
     assert cli.main(args) == 0
     config_map = yaml.safe_load((tmp_path / "c" / deploy.SCHEDULER_CA_PATCH_FILE).read_text())
-    (extender,) = yaml.safe_load(config_map["data"][deploy.SCHEDULER_CONFIG_KEY])["extenders"]
-    assert extender["managedResources"][0]["ignoredByScheduler"] is True
+    config = yaml.safe_load(config_map["data"][deploy.SCHEDULER_CONFIG_KEY])
+    (extender,) = config["extenders"]
+    assert "managedResources" not in extender
+    (fit,) = config["profiles"][0]["pluginConfig"]
+    assert fit["args"]["ignoredResources"] == ["nvidia.com/gpu"]

@@ -200,11 +200,33 @@ def test_workloads_run_as_non_root_with_read_only_roots_and_no_capabilities() ->
             assert "limits" in container["resources"] and "requests" in container["resources"]
 
 
+def _fit_args(config: dict[str, Any]) -> dict[str, Any]:
+    (profile,) = config["profiles"]
+    (fit,) = [c for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
+    args: dict[str, Any] = fit["args"]
+    return args
+
+
 def test_without_a_fabric_the_scheduler_keeps_judging_gpus_itself() -> None:
-    (extender,) = deploy.scheduler_config()["extenders"]
-    assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
-    (fabric,) = deploy.scheduler_config(fabric=True)["extenders"]
-    assert fabric["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]
+    assert "ignoredResources" not in _fit_args(deploy.scheduler_config())
+    assert _fit_args(deploy.scheduler_config(fabric=True))["ignoredResources"] == ["nvidia.com/gpu"]
+
+
+def test_the_extender_is_asked_about_every_pod_dra_only_ones_included() -> None:
+    # With managedResources the scheduler calls the extender only for pods whose containers request a
+    # listed resource; a pod whose GPUs come from a DRA claim requests none and would skip us entirely.
+    for fabric in (False, True):
+        (extender,) = deploy.scheduler_config(fabric=fabric)["extenders"]
+        assert "managedResources" not in extender
+
+
+def test_the_dedicated_profile_packs_and_one_point_of_our_score_outweighs_every_in_tree_plugin() -> None:
+    config = deploy.scheduler_config()
+    assert _fit_args(config)["scoringStrategy"]["type"] == "MostAllocated"
+    (extender,) = config["extenders"]
+    # final score = ours (0..10) x weight x 10 + sum of in-tree plugins (0..100 each x their weight)
+    assert extender["weight"] * 10 > sum(deploy.IN_TREE_SCORE_WEIGHTS.values()) * 100
+    assert (extender["weight"] - 1) * 10 <= sum(deploy.IN_TREE_SCORE_WEIGHTS.values()) * 100
 
 
 def test_the_fabric_component_patches_the_webhook_into_fabric_mode() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from certs import cli as certs_cli
+from webhook.domain.keys import GPU_RESOURCE
 from webhook.service import settings
 
 SERVICE_NAME = "imex-webhook"
@@ -34,9 +35,19 @@ VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bi
 # One HTTP client timeout covers every verb, bind included: it must exceed our bind budget (attach +
 # binding) so the scheduler never abandons a bind we are still completing.
 EXTENDER_HTTP_TIMEOUT_S = int(settings.DEFAULT_BIND_BUDGET) + 10
-# The scheduler adds Score x weight x 10 per extender; the default plugins add at most about 1,200 in
-# total, so weight 20 (up to 2,000) lets the domain-aware score dominate without being the only voice.
-EXTENDER_WEIGHT = 20
+# kube-scheduler's score plugins with their default weights in the release the end-to-end suite runs
+# (docs/SCHEDULER.md; DynamicResources is there since DRA is GA). Each plugin scores 0..100, so together
+# they can move a node by at most sum(weights) x 100 = 1,400 points.
+IN_TREE_SCORE_WEIGHTS = {
+    "TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1, "PodTopologySpread": 2,
+    "InterPodAffinity": 2, "NodeResourcesBalancedAllocation": 1, "ImageLocality": 1, "DynamicResources": 2,
+}
+IN_TREE_SCORE_SPAN = sum(IN_TREE_SCORE_WEIGHTS.values()) * 100
+# The scheduler adds our Score (0..10) x weight x 10 (MaxNodeScore / MaxExtenderPriority). One point of
+# ours must outweigh everything the in-tree plugins can add, or they could reorder the nodes we rank inside
+# the group's domain: 10 x weight > 1,400, so weight = 141. Pods outside any group score 0 everywhere from
+# us, and the in-tree plugins alone decide for them.
+EXTENDER_WEIGHT = IN_TREE_SCORE_SPAN // 10 + 1
 # Mutating admission runs in series on every matched pod CREATE; 5 s bounds the damage of a slow replica
 # far below the API server's 30 s limit while leaving room for a cold cache.
 WEBHOOK_TIMEOUT_S = 5
@@ -53,9 +64,18 @@ def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[
     (kube-scheduler refuses to start) instead of falling back to an unverified connection, which is what
     it does with ``enableHTTPS`` and no CA at all. ``imex-webhook certs --kustomize`` inlines it as caData.
 
+    The extender has no ``managedResources``: kube-scheduler then calls it for every pod of the profile.
+    With a list, it would call filter, prioritize and bind only for pods whose containers request a listed
+    resource, and a ComputeDomain pod that gets its GPUs from a ``gpu.nvidia.com`` claim requests none: the
+    default binder would bind it with no domain reservation.
+
+    The profile packs (NodeResourcesFit ``MostAllocated``): the default ``LeastAllocated`` spreads pods and
+    works against the extender's tighter-packing score.
+
     ``fabric``: nodes get GPUs attached at bind time, so their allocatable does not show them yet and
-    NodeResourcesFit (which runs before extenders) must not judge ``nvidia.com/gpu``: the extender does
-    that arithmetic instead. Without a fabric the scheduler keeps its own check, a second safety net.
+    NodeResourcesFit (which runs before extenders) must not judge ``nvidia.com/gpu``: the profile's
+    ``ignoredResources`` hands that arithmetic to the extender. Without a fabric the scheduler keeps its own
+    check, a second safety net.
     """
     tls: dict[str, Any] = {"serverName": service_dns()}
     if ca_pem is None:
@@ -68,7 +88,11 @@ def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[
         "leaderElection": {"leaderElect": True, "resourceNamespace": NAMESPACE, "resourceName": SCHEDULER_NAME},
         # Every node must reach the extender: a sample would hide most of a domain from the domain choice.
         "percentageOfNodesToScore": 100,
-        "profiles": [{"schedulerName": SCHEDULER_NAME, "percentageOfNodesToScore": 100}],
+        "profiles": [{
+            "schedulerName": SCHEDULER_NAME,
+            "percentageOfNodesToScore": 100,
+            "pluginConfig": [{"name": "NodeResourcesFit", "args": node_resources_fit_args(fabric)}],
+        }],
         "extenders": [{
             "urlPrefix": f"https://{service_dns()}:{SERVICE_PORT}",
             **VERBS,
@@ -78,9 +102,19 @@ def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[
             "httpTimeout": f"{EXTENDER_HTTP_TIMEOUT_S}s",
             "ignorable": False,
             "tlsConfig": tls,
-            "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": fabric}],
         }],
     }
+
+
+def node_resources_fit_args(fabric: bool = False) -> dict[str, Any]:
+    """NodeResourcesFitArgs of the dedicated profile: pack, and leave fabric GPUs to the extender."""
+    resources = [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]
+    args: dict[str, Any] = {"scoringStrategy": {"type": "MostAllocated", "resources": resources}}
+    if fabric:
+        args["ignoredResources"] = [GPU_RESOURCE]
+    else:
+        resources.append({"name": GPU_RESOURCE, "weight": 1})
+    return args
 
 
 def render_scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> str:
