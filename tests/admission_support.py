@@ -21,7 +21,7 @@ from webhook.domain import keys
 from webhook.domain.model import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "admission"
-TOPOLOGY_KEY = keys.CLIQUE_LABEL
+TOPOLOGY_KEY = keys.DOMAIN_LABEL  # Policy.affinity_topology_key, for every group kind
 SCHEDULER = "imex-scheduler"
 
 

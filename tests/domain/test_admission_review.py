@@ -3,7 +3,8 @@
 Covered: malformed reviews raise ``WireError`` naming the field; only Pod CREATE without a subresource
 is looked at (UPDATE, DELETE, pods/status and other resources are allowed unchanged); ``dryRun`` does
 not change the verdict; the reply echoes the uid, carries a base64 JSON Patch with ``patchType`` only
-when there is one, a ``status`` only on denial, and warnings; an internal failure admits the pod.
+when there is one, a ``status`` only on denial, and warnings; an internal failure denies a pod that may
+belong to a group (code 500) and admits any other.
 """
 
 from __future__ import annotations
@@ -139,11 +140,20 @@ def test_warnings_are_returned_with_the_patch() -> None:
     assert response["warnings"] == list(result.warnings) and len(result.warnings) == 1
 
 
-def test_an_internal_error_admits_the_pod_with_a_short_warning() -> None:
-    result = admission_review.internal_error(RuntimeError("boom"))
+def test_an_internal_error_denies_a_possible_group_pod_with_a_short_message_and_code_500() -> None:
+    review = admission_review.parse(support.review(REVIEW))
+    result = admission_review.internal_error(review, RuntimeError("boom"))
+    assert (result.allowed, result.patch, result.outcome, result.reason) == (False, (), "error", "internal")
+    assert "RuntimeError" in result.message and len(result.message) <= 200
+    status = admission_review.respond(review.uid, result)["response"]["status"]
+    assert (status["code"], status["reason"]) == (500, "InternalError")
+
+
+@pytest.mark.parametrize("fixture", ["create-plain-pod.json", "update-pod.json", "delete-pod.json"])
+def test_an_internal_error_on_a_pod_that_cannot_be_in_a_group_admits_it(fixture: str) -> None:
+    review = admission_review.parse(support.review(fixture))
+    result = admission_review.internal_error(review, RuntimeError("boom"))
     assert (result.allowed, result.patch, result.outcome, result.reason) == (True, (), "error", "internal")
-    assert all(len(w) <= 120 for w in result.warnings)
-    assert "RuntimeError" in result.warnings[0]
 
 
 @pytest.mark.parametrize(("fixture", "ref"), [

@@ -7,7 +7,14 @@ Covered:
 - merging with what the user wrote: existing labels, annotations, affinity lists and terms are kept;
 - idempotence: the patched pod gets an empty patch, and a pod missing one piece gets only that piece;
 - group identities (ComputeDomain, annotation, shared claim), group size, ``request.namespace``;
-- what is allowed with a warning (unknown template, unknown node, custom scheduler) and what is denied;
+- what is allowed with a warning (unknown node, custom scheduler) and what is denied;
+- the domain label ``imex-webhook.io/domain`` as topologyKey and node requirement for every group kind,
+  and pods an older version mutated on ``nvidia.com/gpu.clique`` (new terms added, old ones kept);
+- failing closed: a pod that may be in a group but cannot be resolved (template or claim not cached)
+  still goes to the imex scheduler with the ``mutated`` marker and a warning; a bad group size (Unicode
+  digits, 5,000 digits, signs, exponents, 0, over the bound) and an empty group annotation are denied;
+  huge values give bounded messages; wrong types are a ``WireError``; pods with no claims and no group
+  annotation stay untouched;
 - the group label value: valid, short, readable when possible, hashed deterministically otherwise.
 """
 
@@ -23,6 +30,7 @@ from tests import admission_support as support
 from tests import builders
 from webhook.adapters import demo
 from webhook.domain import keys, mutating
+from webhook.domain.errors import WireError
 from webhook.domain.mutating import GROUP_ID_ANNOTATION, MutationResult
 from webhook.domain.policy import Policy
 
@@ -201,8 +209,8 @@ def test_the_request_namespace_is_used_because_metadata_namespace_is_empty_on_cr
     obj, _ = _obj("create-job-pod-generate-name.json")
     assert "namespace" not in obj["metadata"]
     assert _mutate(obj, "ml").group_id == CD8
-    elsewhere = _mutate(obj, "research")  # the template lives in ml, not in research
-    assert (elsewhere.allowed, elsewhere.patch, elsewhere.reason) == (True, (), "group-unknown")
+    elsewhere = _mutate(obj, "research")  # the template lives in ml, not in research: not resolved there
+    assert (elsewhere.allowed, elsewhere.group_id, elsewhere.reason) == (True, None, "group-deferred")
 
 
 @pytest.mark.parametrize("fixture", support.fixture_names("create-"))
@@ -245,11 +253,18 @@ def test_a_plain_pod_is_admitted_without_a_patch() -> None:
     assert _mutate(obj, ns) == MutationResult(True, reason="not-a-group")
 
 
-def test_an_unknown_template_alone_is_admitted_unchanged_with_a_warning() -> None:
+def test_an_unknown_template_alone_sends_the_pod_to_the_imex_scheduler_with_a_warning() -> None:
     obj, ns = _obj("create-unknown-template.json")
     result = _mutate(obj, ns)
-    assert (result.allowed, result.patch, result.outcome, result.reason) == (True, (), "skipped", "group-unknown")
-    assert len(result.warnings) == 1 and "fresh-cd-channel" in result.warnings[0]
+    assert (result.allowed, result.outcome, result.reason, result.group_id) == (True, "mutated", "group-deferred",
+                                                                                None)
+    assert list(result.patch) == [
+        {"op": "replace", "path": "/spec/schedulerName", "value": "imex-scheduler"},
+        {"op": "add", "path": "/metadata/annotations", "value": {keys.MUTATED_ANNOTATION: mutating.MUTATED_MARKER}},
+    ]
+    assert "fresh-cd-channel" in result.warnings[0]
+    assert "resolves it at scheduling time" in result.warnings[-1]
+    assert all(len(w) <= 120 for w in result.warnings)
 
 
 def test_an_unknown_template_next_to_a_known_group_is_mutated_with_a_warning() -> None:
@@ -290,7 +305,7 @@ def test_a_group_label_the_user_wrote_with_the_right_value_is_kept() -> None:
 def test_a_size_annotation_that_is_not_a_number_is_denied() -> None:
     obj, ns = _obj("create-annotation-group.json")
     obj["metadata"]["annotations"][keys.GROUP_SIZE_ANNOTATION] = "eight"
-    assert _mutate(obj, ns).reason == "conflicting-group"
+    assert _mutate(obj, ns).reason == "bad-group-size"
 
 
 @pytest.mark.parametrize(("node", "warned"), [("gb200-a-03", False), ("gb300-x-07", True)])
@@ -327,3 +342,249 @@ def test_identities_that_a_naive_mapping_would_merge_get_different_label_values(
     ids = ["ann:ml/a.b", "ann:ml/a/b", "ann:ml/a_b", "ann:ml/a-b", "ann:ml.a/b", "claim:a.b", "claim:a/b",
            "ann:ml/" + "x" * 80, "ann:ml/" + "x" * 81]
     assert len({mutating.group_label_value(i) for i in ids}) == len(ids)
+
+
+# -- issue 11 item 2: one project-owned domain label for the affinity, for every group kind -------------
+
+GPU_TEMPLATE = {"kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu", "namespace": "ml", "uid": "rct-gpu"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com"}}]}}}}
+SHARED_CHANNEL = {"kind": "ResourceClaim", "metadata": {"name": "shared-channel", "namespace": "ml", "uid": "c1a1m"},
+                  "spec": {"devices": {"requests": [{"name": "ch", "exactly": {
+                      "deviceClassName": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[1]}}]}}}
+
+
+def _catalog_snapshot() -> Any:
+    return builders.store([*demo.objects(), GPU_TEMPLATE, SHARED_CHANNEL]).snapshot()
+
+
+def _pod_terms(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = obj["spec"]["affinity"]["podAffinity"]
+    terms: list[dict[str, Any]] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    return terms
+
+
+def _node_expressions(obj: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    terms = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    return [t.get("matchExpressions") or [] for t in terms]
+
+
+@pytest.mark.parametrize(("case", "fixture", "claims", "group_id"), [
+    ("compute-domain template (a clique group)", "create-job-pod-generate-name.json", None, CD8),
+    ("annotation (a fabric-zone group: nodes carry only imex-webhook.io/fabric-zone)",
+     "create-annotation-group.json", None, "ann:ml/fabric-run-7"),
+    ("shared IMEX channel claim", "create-no-labels.json",
+     [{"name": "ch", "resourceClaimName": "shared-channel"}], "claim:c1a1m"),
+])
+def test_every_group_kind_gets_the_project_domain_label_as_topology_key_and_node_requirement(
+        case: str, fixture: str, claims: list[dict[str, Any]] | None, group_id: str) -> None:
+    obj, ns = _obj(fixture)
+    if claims is not None:
+        obj["spec"]["resourceClaims"] = claims
+    result = _mutate(obj, ns, _catalog_snapshot())
+    assert result.group_id == group_id, case
+    patched = support.apply(obj, list(result.patch))
+    assert [t["topologyKey"] for t in _pod_terms(patched)] == [keys.DOMAIN_LABEL], case
+    for expressions in _node_expressions(patched):
+        assert {"key": keys.DOMAIN_LABEL, "operator": "Exists"} in expressions, case
+        assert all(e["key"] != keys.CLIQUE_LABEL for e in expressions), case
+
+
+def test_the_topology_key_is_the_domain_label_whatever_domain_labels_are_configured() -> None:
+    policy = Policy(domain_labels=("example.com/rack", keys.FABRIC_ZONE_LABEL))
+    assert policy.affinity_topology_key == keys.DOMAIN_LABEL == Policy().affinity_topology_key
+
+
+def _as_old_version_mutated_it(obj: dict[str, Any], ns: str) -> dict[str, Any]:
+    """The pod as the previous version patched it: the same five items, on nvidia.com/gpu.clique."""
+    patched = support.apply(obj, list(_mutate(obj, ns).patch))
+    for term in _pod_terms(patched):
+        term["topologyKey"] = keys.CLIQUE_LABEL
+    for expressions in _node_expressions(patched):
+        for e in expressions:
+            if e["key"] == keys.DOMAIN_LABEL:
+                e["key"] = keys.CLIQUE_LABEL
+    patched["metadata"]["annotations"][keys.MUTATED_ANNOTATION] = "v0.0.9"
+    return patched
+
+
+@pytest.mark.parametrize("fixture", ["create-job-pod-generate-name.json", "create-existing-affinity.json",
+                                     "create-existing-pod-affinity.json"])
+def test_a_pod_mutated_by_the_old_version_gets_only_the_new_terms_and_keeps_the_old_ones(fixture: str) -> None:
+    # Decision: the patch only adds. The old terms stay (on a clique node the two keys hold the same value,
+    # so they agree); the new ones are appended, once, and the pod is then stable.
+    obj, ns = _obj(fixture)
+    old = _as_old_version_mutated_it(obj, ns)
+    result = _mutate(old, ns)
+    assert result.outcome == "mutated"
+    ops = list(result.patch)
+    assert all(op["op"] == "add" and op["path"].endswith("/-") for op in ops), ops
+    assert {op["path"].split("/")[3] for op in ops} == {"podAffinity", "nodeAffinity"}
+    upgraded = support.apply(old, ops)
+    keys_after = [t["topologyKey"] for t in _pod_terms(upgraded)]
+    assert keys_after.count(keys.CLIQUE_LABEL) >= 1 and keys_after.count(keys.DOMAIN_LABEL) == 1
+    for before, after in zip(_node_expressions(old), _node_expressions(upgraded), strict=True):
+        if before:
+            assert after[: len(before)] == before
+            assert after[len(before):] == [{"key": keys.DOMAIN_LABEL, "operator": "Exists"}]
+    support.assert_kept_in_domain(upgraded, CD8_LABEL if "generate-name" in fixture else
+                                  upgraded["metadata"]["labels"][keys.GROUP_LABEL])
+    again = _mutate(upgraded, ns)
+    assert (again.patch, again.outcome) == ((), "unchanged")
+
+
+# -- issue 11 item 3: admission fails closed ------------------------------------------------------------
+
+DEFERRED = [{"op": "replace", "path": "/spec/schedulerName", "value": "imex-scheduler"},
+            {"op": "add", "path": "/metadata/annotations/imex-webhook.io~1mutated", "value": mutating.MUTATED_MARKER}]
+
+
+def _claims_pod(claims: list[dict[str, Any]] | None, annotations: dict[str, str] | None = None,
+                scheduler: str | None = "default-scheduler") -> dict[str, Any]:
+    obj, _ = _obj("create-job-pod-generate-name.json")
+    obj["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "3", **(annotations or {})}
+    if claims is None:
+        del obj["spec"]["resourceClaims"]
+    else:
+        obj["spec"]["resourceClaims"] = claims
+    if scheduler is None:
+        del obj["spec"]["schedulerName"]
+    else:
+        obj["spec"]["schedulerName"] = scheduler
+    return obj
+
+
+UNCACHED_TEMPLATE = [{"name": "ch", "resourceClaimTemplateName": "not-cached-yet"}]
+UNCACHED_CLAIM = [{"name": "ch", "resourceClaimName": "not-cached-yet"}]
+CACHED_GPU = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+
+
+@pytest.mark.parametrize(("case", "obj", "outcome", "reason", "patch", "warned"), [
+    ("an uncached template", _claims_pod(UNCACHED_TEMPLATE), "mutated", "group-deferred", DEFERRED, True),
+    ("an uncached shared claim", _claims_pod(UNCACHED_CLAIM), "mutated", "group-deferred", DEFERRED, True),
+    ("an uncached template next to a cached GPU claim", _claims_pod([*CACHED_GPU, *UNCACHED_TEMPLATE]),
+     "mutated", "group-deferred", DEFERRED, True),
+    ("an uncached template, schedulerName absent", _claims_pod(UNCACHED_TEMPLATE, scheduler=None),
+     "mutated", "group-deferred", [{**DEFERRED[0], "op": "add"}, DEFERRED[1]], True),
+    ("an uncached template, a custom scheduler is kept", _claims_pod(UNCACHED_TEMPLATE, scheduler="volcano"),
+     "mutated", "group-deferred", DEFERRED[1:], True),
+    ("an uncached template, already deferred (reinvocation)",
+     _claims_pod(UNCACHED_TEMPLATE, {keys.MUTATED_ANNOTATION: "v0"}, scheduler="imex-scheduler"),
+     "unchanged", "group-deferred", [], True),
+    ("only a cached claim that makes no group", _claims_pod(CACHED_GPU), "skipped", "not-a-group", [], False),
+    ("no claims and no group annotation", _claims_pod(None), "skipped", "not-a-group", [], False),
+    ("no claims and no group annotation, a bad size is none of our business",
+     _claims_pod(None, {keys.GROUP_SIZE_ANNOTATION: "²"}), "skipped", "not-a-group", [], False),
+])
+def test_a_pod_that_may_be_in_a_group_but_cannot_be_resolved_still_goes_to_the_imex_scheduler(
+        case: str, obj: dict[str, Any], outcome: str, reason: str, patch: list[Any], warned: bool) -> None:
+    result = _mutate(copy.deepcopy(obj), "ml", _catalog_snapshot())
+    assert (result.allowed, result.outcome, result.reason, result.group_id) == (True, outcome, reason, None), case
+    assert list(result.patch) == patch, case
+    assert bool(result.warnings) is warned, case
+    if reason == "group-deferred":
+        assert any("resolves it at scheduling time" in w or "left as is" in w for w in result.warnings), case
+        again = _mutate(support.apply(obj, list(result.patch)), "ml", _catalog_snapshot())
+        assert (again.allowed, again.patch) == (True, ()), case
+    assert all(len(w) <= 256 for w in result.warnings)
+
+
+def test_a_deferred_pod_gets_the_whole_mutation_once_its_template_is_cached() -> None:
+    obj, ns = _obj("create-unknown-template.json")
+    deferred = support.apply(obj, list(_mutate(obj, ns).patch))
+    cached = builders.store([*demo.objects(), *builders.cd_objects("fresh-cd", 4)]).snapshot()
+    template = obj["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    assert ("ml", template) in cached.catalog.templates
+    result = _mutate(deferred, ns, cached)
+    assert result.outcome == "mutated" and result.group_id == f"cd:{builders.cd_uid('fresh-cd')}"
+    support.assert_kept_in_domain(support.apply(deferred, list(result.patch)),
+                                  mutating.group_label_value(result.group_id))
+
+
+BAD_SIZES = ["²", "٣", "9" * 5000, "-1", "+3", "1e3", "0", "100001", "3.0", "eight", "", " ", "0x10", "3 pods"]
+
+
+@pytest.mark.parametrize("value", BAD_SIZES, ids=lambda v: repr(v[:12]) + (f"..{len(v)}" if len(v) > 12 else ""))
+@pytest.mark.parametrize("claims", [None, UNCACHED_TEMPLATE, [{"name": "ch", "resourceClaimTemplateName":
+                                                                 demo.template_name("train-8")}]],
+                         ids=["annotation-group", "uncached-template", "compute-domain"])
+def test_a_bad_group_size_is_denied_naming_the_annotation_the_value_and_what_is_valid(
+        value: str, claims: list[dict[str, Any]] | None) -> None:
+    annotations = {keys.GROUP_SIZE_ANNOTATION: value}
+    if claims is None:
+        annotations[keys.GROUP_ANNOTATION] = "run-1"
+    result = _mutate(_claims_pod(claims, annotations))
+    assert (result.allowed, result.patch, result.outcome, result.reason) == (False, (), "denied", "bad-group-size")
+    assert keys.GROUP_SIZE_ANNOTATION in result.message and "100000" in result.message
+    assert repr(value[:40]) in result.message
+    assert len(result.message) <= 400
+
+
+@pytest.mark.parametrize(("value", "size"), [("1", "1"), (" 8 ", "8"), ("08", "8"), ("100000", "100000")])
+def test_a_valid_group_size_is_accepted(value: str, size: str) -> None:
+    result = _mutate(_claims_pod(None, {keys.GROUP_ANNOTATION: "run-1", keys.GROUP_SIZE_ANNOTATION: value}))
+    assert result.allowed and result.outcome == "mutated"
+    assert [op for op in result.patch if "group-size" in op["path"]] == []  # the user's own annotation is kept
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_group_annotation_that_no_claim_resolves_is_denied(value: str) -> None:
+    result = _mutate(_claims_pod(None, {keys.GROUP_ANNOTATION: value}))
+    assert (result.allowed, result.reason) == (False, "bad-group-annotation")
+    assert keys.GROUP_ANNOTATION in result.message
+
+
+def test_an_empty_group_annotation_next_to_a_compute_domain_is_ignored_as_before() -> None:
+    obj, ns = _obj("create-job-pod-generate-name.json")
+    obj["metadata"]["annotations"][keys.GROUP_ANNOTATION] = " "
+    assert _mutate(obj, ns).group_id == CD8
+
+
+@pytest.mark.parametrize(("case", "edit", "allowed"), [
+    ("a 100,000-character group annotation", lambda o: o["metadata"]["annotations"].update(
+        {keys.GROUP_ANNOTATION: "g" * 100_000}), True),
+    ("a 100,000-character group annotation contradicting the ComputeDomain", lambda o: o["metadata"][
+        "annotations"].update({keys.GROUP_ANNOTATION: "x" * 100_000}), False),
+    ("a 100,000-character group label", lambda o: o["metadata"]["labels"].update(
+        {keys.GROUP_LABEL: "l" * 100_000}), False),
+    ("a 100,000-character custom scheduler", lambda o: o["spec"].update({"schedulerName": "s" * 100_000}), True),
+    ("a 100,000-character unknown nodeName", lambda o: o["spec"].update({"nodeName": "n" * 100_000}), True),
+])
+def test_huge_values_give_a_bounded_verdict(case: str, edit: Any, allowed: bool) -> None:
+    obj, ns = _obj("create-job-pod-generate-name.json")
+    if "contradicting" not in case and "annotation" in case:
+        del obj["spec"]["resourceClaims"]
+    edit(obj)
+    result = _mutate(obj, ns)
+    assert result.allowed is allowed, case
+    assert len(result.message) <= mutating.MESSAGE_MAX and all(len(w) <= 256 for w in result.warnings), case
+    if allowed:
+        label = support.apply(obj, list(result.patch))["metadata"]["labels"][keys.GROUP_LABEL]
+        assert len(label) <= 63 and LABEL_VALUE.match(label), case
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    (("metadata", "annotations"), {keys.GROUP_SIZE_ANNOTATION: 8}, "request.object.metadata.annotations"),
+    (("metadata", "annotations"), ["not", "a", "map"], "request.object.metadata.annotations"),
+    (("metadata", "labels"), {keys.GROUP_LABEL: None}, "request.object.metadata.labels"),
+    (("spec", "resourceClaims"), {"name": "ch"}, "request.object.spec.resourceClaims"),
+    (("spec", "schedulerName"), 7, "request.object.spec.schedulerName"),
+])
+def test_wrong_types_are_a_wire_error_naming_the_field(path: tuple[str, str], value: Any, field: str) -> None:
+    obj, ns = _obj("create-job-pod-generate-name.json")
+    obj[path[0]][path[1]] = value
+    with pytest.raises(WireError) as err:
+        _mutate(obj, ns)
+    assert err.value.path.startswith(field)
+
+
+@pytest.mark.parametrize(("obj", "expected"), [
+    ({"spec": {"resourceClaims": [{"name": "c"}]}}, True),
+    ({"metadata": {"annotations": {keys.GROUP_ANNOTATION: ""}}}, True),
+    ({"metadata": {"annotations": {keys.GROUP_SIZE_ANNOTATION: "3"}}, "spec": {"resourceClaims": []}}, False),
+    ({"metadata": None, "spec": "nonsense"}, False),
+    ([], False),
+])
+def test_might_be_group_matches_the_webhook_match_conditions_on_any_input(obj: Any, expected: bool) -> None:
+    assert mutating.might_be_group(obj) is expected

@@ -9,7 +9,10 @@ node outside any domain, or an unknown node.
 
 Properties: ``mutate`` never raises and never changes its input; a denial has a message and no patch;
 every patch applies with ``jsonpatch`` and the result decodes as a ``V1Pod`` that keeps the group in
-one domain; running ``mutate`` on the result gives the same verdict and an empty patch.
+one domain, with ``imex-webhook.io/domain`` as the topology key and node requirement (never the clique
+label, which fabric-zone nodes lack); a pod with claims or the group annotation whose group is unknown
+is still sent to the imex scheduler and marked; a pod with neither is never patched; running
+``mutate`` on the result gives the same verdict and an empty patch.
 """
 
 from __future__ import annotations
@@ -52,13 +55,14 @@ claims = st.lists(st.one_of(
 
 group_annotations = st.fixed_dictionaries({}, optional={
     keys.GROUP_ANNOTATION: st.sampled_from(["job-a", "train-8", demo.uid("cd", "ml", "train-8"), " ", "a/b c"]),
-    keys.GROUP_SIZE_ANNOTATION: st.sampled_from(["3", "0", "eight"]),
+    keys.GROUP_SIZE_ANNOTATION: st.sampled_from(["3", "0", "eight", "²", "-1", "1e3", "9" * 5000]),
     keys.MUTATED_ANNOTATION: st.just("v0"),
     mutating.GROUP_ID_ANNOTATION: st.just("stale"),
 })
 
 expression = st.one_of(
     st.just({"key": keys.CLIQUE_LABEL, "operator": "Exists"}),
+    st.just({"key": keys.DOMAIN_LABEL, "operator": "Exists"}),
     st.just({"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}),
     st.just({"key": keys.CLIQUE_LABEL, "operator": "In", "values": ["a.1"]}),
 )
@@ -69,7 +73,7 @@ node_term = st.fixed_dictionaries({}, optional={
 })
 pod_term = st.fixed_dictionaries({
     "labelSelector": st.fixed_dictionaries({"matchLabels": string_map}),
-    "topologyKey": st.sampled_from([keys.CLIQUE_LABEL, "kubernetes.io/hostname"]),
+    "topologyKey": st.sampled_from([keys.CLIQUE_LABEL, keys.DOMAIN_LABEL, "kubernetes.io/hostname"]),
 })
 node_affinity = st.fixed_dictionaries({}, optional={
     "requiredDuringSchedulingIgnoredDuringExecution": st.one_of(
@@ -141,6 +145,18 @@ def test_any_pod_gets_a_verdict_whose_patch_applies_decodes_and_is_idempotent(ob
         label = mutating.group_label_value(result.group_id)
         support.assert_kept_in_domain(patched, label, _scheduler_after(obj))
         assert pod.metadata.annotations[mutating.GROUP_ID_ANNOTATION]
+        ours = [t for t in pod.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+                if t.label_selector.match_labels == {keys.GROUP_LABEL: label}]
+        assert keys.DOMAIN_LABEL in {t.topology_key for t in ours}
+        assert all(op["value"]["key"] != keys.CLIQUE_LABEL for op in result.patch
+                   if isinstance(op["value"], dict) and "key" in op["value"])
+    elif mutating.might_be_group(obj):
+        # Not resolved at admission: still kept away from default-scheduler, and marked.
+        assert {op["path"] for op in result.patch} <= {"/spec/schedulerName", "/metadata", "/metadata/annotations",
+                                                       "/metadata/annotations/imex-webhook.io~1mutated"}
+        if result.reason == "group-deferred":
+            assert pod.spec.scheduler_name == _scheduler_after(obj)
+            assert pod.metadata.annotations[keys.MUTATED_ANNOTATION]
     else:
         assert result.patch == ()
     again = _mutate(patched)

@@ -5,8 +5,9 @@ Two error channels (reference/style-anchors.md lesson 4):
 - a malformed review (wrong ``apiVersion``/``kind``, no ``request``, no ``uid``, fields of the wrong
   type) raises ``WireError`` naming the field; the HTTP layer answers 400;
 - a pod we refuse is a normal reply: ``allowed: false`` with a ``status`` whose ``message`` says what
-  to fix; a pod we fail on ourselves is admitted unchanged with a warning (``internal_error``), so a
-  fault of this webhook never blocks pod creation cluster-wide.
+  to fix; a pod we fail on ourselves (``internal_error``) is denied too, with a short message and code
+  500, when it may belong to a group: admitted unmodified it would go to default-scheduler and be split
+  across domains. A pod that cannot belong to a group (no claims, no group annotation) is admitted.
 
 Only Pod CREATE (no subresource) is looked at; every other review is allowed unchanged.
 """
@@ -115,11 +116,19 @@ def admit(review: Review, catalog: Catalog, nodes: Mapping[str, Node], policy: P
     return mutating.mutate(review.object, review.namespace, catalog, nodes, policy)
 
 
-def internal_error(exc: BaseException) -> MutationResult:
-    """Our own failure: admit the pod unchanged and tell the user why it was not placed by group."""
-    warning = (f"imex-webhook failed ({type(exc).__name__}) and admitted the pod unchanged; "
-               "it may be placed outside its NVLink domain")
-    return MutationResult(True, (), (warning,), outcome="error", reason="internal")
+INTERNAL_CODE = 500
+INTERNAL_REASON = "InternalError"
+
+
+def internal_error(review: Review, exc: BaseException) -> MutationResult:
+    """Our own failure. Never admit a pod that may belong to a group unmodified (it would go to
+    default-scheduler and be split across domains): deny it, briefly; the creator (a controller, or
+    kubectl's user) retries. Anything else is admitted: we would have left it alone anyway."""
+    if not review.is_pod_create or not mutating.might_be_group(review.object):
+        return MutationResult(True, outcome="error", reason="internal")
+    message = (f"imex-webhook failed on this pod ({type(exc).__name__}) and did not admit it, so that it cannot "
+               "be placed outside its NVLink domain; retry, and report it if it persists")
+    return MutationResult(False, (), (), message, outcome="error", reason="internal")
 
 
 def respond(uid: str, result: MutationResult) -> AdmissionReview:
@@ -129,8 +138,9 @@ def respond(uid: str, result: MutationResult) -> AdmissionReview:
         response["patch"] = base64.b64encode(orjson.dumps(result.patch)).decode("ascii")
         response["patchType"] = "JSONPatch"
     if not result.allowed:
-        response["status"] = {"status": "Failure", "code": DENY_CODE, "reason": DENY_REASON,
-                              "message": result.message}
+        internal = result.outcome == "error"
+        response["status"] = {"status": "Failure", "code": INTERNAL_CODE if internal else DENY_CODE,
+                              "reason": INTERNAL_REASON if internal else DENY_REASON, "message": result.message}
     if result.warnings:
         response["warnings"] = list(result.warnings)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

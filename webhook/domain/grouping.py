@@ -8,6 +8,9 @@ the ComputeDomain) are reported as problems, never silently resolved.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from webhook.domain import keys
 from webhook.domain.model import (
     Catalog,
@@ -19,6 +22,44 @@ from webhook.domain.model import (
     Pod,
 )
 from webhook.domain.policy import Policy
+
+# The group-size annotation: a whole number of pods written in ASCII digits, 1..MAX_GROUP_SIZE. The bound
+# keeps int() away from thousands of digits (Python refuses over 4,300) and nonsense sizes out of the plan.
+MAX_GROUP_SIZE = 100_000
+_SIZE = re.compile(r"[0-9]{1,6}")
+SHOWN_MAX = 40  # characters of a user's value repeated in a message
+
+
+def shown(value: str, limit: int = SHOWN_MAX) -> str:
+    """``value`` quoted for a message, cut to ``limit`` characters (with its length when cut)."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def group_size(raw: str) -> int | None:
+    """The ``imex-webhook.io/group-size`` annotation as a number of pods; ``None`` when it is not one."""
+    text = raw.strip()
+    if not _SIZE.fullmatch(text):  # ASCII digits only: "²".isdigit() is true, but int("²") fails
+        return None
+    size = int(text)
+    return size if 0 < size <= MAX_GROUP_SIZE else None
+
+
+def size_problem(annotations: Mapping[str, str]) -> str | None:
+    """Why the pod's group-size annotation is unusable, for the user; ``None`` when absent or valid."""
+    raw = annotations.get(keys.GROUP_SIZE_ANNOTATION)
+    if raw is None or group_size(raw) is not None:
+        return None
+    return (f"annotation {keys.GROUP_SIZE_ANNOTATION}={shown(raw)} is not a group size: write the number of "
+            f"pods in the group as a positive whole number up to {MAX_GROUP_SIZE}, in digits (e.g. '8'), or "
+            "remove the annotation")
+
+
+def unresolved_claims(pod: Pod, catalog: Catalog) -> list[str]:
+    """The pod's claims whose ResourceClaimTemplate or ResourceClaim is not in the catalog (not cached yet,
+    or not created yet), described for a message."""
+    return [f"ResourceClaimTemplate {ref.template}" if ref.template else f"ResourceClaim {ref.claim}"
+            for ref in pod.claims
+            if (ref.template or ref.claim) and _claim_spec(pod, catalog, ref.template, ref.claim) is None]
 
 
 def _claim_spec(pod: Pod, catalog: Catalog, template: str | None, claim: str | None) -> ClaimSpec | None:
@@ -72,7 +113,7 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
         )
         if cd_uid and _annotation_contradicts(annotation, cd_uid, cd):
             problems.append(
-                f"annotation {keys.GROUP_ANNOTATION}={annotation!r} contradicts the pod's ComputeDomain "
+                f"annotation {keys.GROUP_ANNOTATION}={shown(annotation)} contradicts the pod's ComputeDomain "
                 f"{_cd_label(cd_uid, cd)}; remove the annotation or set it to the ComputeDomain's name"
             )
     elif cd_uid:
@@ -118,12 +159,10 @@ def _cd_label(uid: str, cd: ComputeDomain | None) -> str:
 def _size(pod: Pod, catalog: Catalog, cd: ComputeDomain | None) -> tuple[int | None, str, str | None]:
     raw = pod.annotations.get(keys.GROUP_SIZE_ANNOTATION)
     if raw is not None:
-        text = raw.strip()
-        if text.isdigit() and int(text) > 0:
-            return int(text), "annotation", None
-        return None, "unknown", (
-            f"annotation {keys.GROUP_SIZE_ANNOTATION}={raw!r} is not a positive whole number of pods"
-        )
+        size = group_size(raw)
+        if size is not None:
+            return size, "annotation", None
+        return None, "unknown", size_problem(pod.annotations)
     if cd is not None and cd.num_nodes > 0:
         return cd.num_nodes, "computeDomain.numNodes", None
     for owner in pod.owners:

@@ -19,6 +19,11 @@ GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # "<clusterUUID>.<cliqueID>", written by GFD or our agent
 FABRIC_ZONE_LABEL = f"{PREFIX}/fabric-zone"
 DEFAULT_DOMAIN_LABELS: tuple[str, ...] = (CLIQUE_LABEL, FABRIC_ZONE_LABEL)
+# Project-owned copy of the node's domain (the value of the first domain label present), written by the
+# extender's node domain labeller. The pod affinity and node requirement added at admission use this key,
+# because kube-scheduler's InterPodAffinity rejects every node that lacks a required term's topologyKey:
+# one key on every node of every domain (cliques and fabric zones alike) keeps every group schedulable.
+DOMAIN_LABEL = f"{PREFIX}/domain"
 
 # How many fabric GPUs a node can still take (free PCIe/CXL slots); absent means none.
 FABRIC_SLOTS_ANNOTATION = f"{PREFIX}/fabric-slots"
@@ -39,4 +44,6 @@ DEFAULT_CHANNEL_DEVICE_CLASSES: tuple[str, ...] = (
     "compute-domain-channel.nvidia.com",
 )
 DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com",)
+# The DRA driver whose ResourceSlices publish whole GPUs per node (NVIDIA names driver and class alike).
+DEFAULT_GPU_DRIVERS: tuple[str, ...] = ("gpu.nvidia.com",)
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -3,28 +3,42 @@
 Pure: the raw pod JSON, the pod's namespace and the cached catalog and nodes in, a ``MutationResult``
 out; nothing is written anywhere, so ``dryRun`` requests behave exactly like the others.
 
+Only pods that reference resource claims or carry the ``imex-webhook.io/group`` annotation (the
+webhook configuration's ``matchConditions``) are looked at; every other pod is allowed untouched.
+
 For a pod that belongs to a group (``grouping.resolve``), each of these is added only if missing, so
 the patch of an already mutated pod is empty (``reinvocationPolicy: IfNeeded``) and a pod whose
 affinity another webhook edited gets back only the missing pieces:
 
 1. label ``imex-webhook.io/group`` = ``group_label_value(group.id)``: a valid label value, readable for
    short identities and hashed deterministically for long or unusual ones;
-2. a *required* pod affinity term on that label with ``topologyKey`` = the cluster's domain label, so
-   the scheduler itself keeps members together, including members assumed but not bound yet;
-3. ``<domain label> Exists`` in every non-empty required nodeSelectorTerm (terms are ORed: adding a
-   term would loosen the user's constraint; an empty term matches no node, so it stays as it is), or
-   one new term holding only that expression when there is no required node affinity;
+2. a *required* pod affinity term on that label with ``topologyKey: imex-webhook.io/domain``
+   (``Policy.affinity_topology_key``, for every group kind), so the scheduler itself keeps members
+   together, including members assumed but not bound yet. The extender's node domain labeller puts that
+   label, valued with the node's domain, on every node of every domain: kube-scheduler rejects any node
+   that lacks a required term's topologyKey, so the clique label would shut fabric-zone groups out;
+3. ``imex-webhook.io/domain Exists`` in every non-empty required nodeSelectorTerm (terms are ORed:
+   adding a term would loosen the user's constraint; an empty term matches no node, so it stays as it
+   is), or one new term holding only that expression when there is no required node affinity;
 4. ``spec.schedulerName`` = the imex scheduler when it is ``default-scheduler`` or absent; a custom
    scheduler is left alone and reported in a warning;
 5. annotations: ``imex-webhook.io/group-id`` (the identity), ``imex-webhook.io/group-size`` when the
    size is known and the user did not write one, ``imex-webhook.io/mutated`` (our marker). The user's
    ``imex-webhook.io/group`` annotation is an *input* of the identity and is never added.
 
-Denied (``allowed: false``), because only the user can resolve them: claims of two ComputeDomains, a
-group annotation or size annotation that contradicts the catalog (``GroupResolution.problems``), a
-group label written with another group's value, and a pod pinned by ``spec.nodeName`` to a known node
-in no domain. Everything that may resolve itself (a template not cached yet, an unknown node) is a
-warning, and the pod is admitted.
+Terms written by an older version (``topologyKey: nvidia.com/gpu.clique``, ``nvidia.com/gpu.clique
+Exists``) are kept: the patch only adds, and the new terms are added next to them.
+
+A pod whose claims may make a group but whose templates or claims are not cached yet cannot be fully
+resolved: it still gets ``spec.schedulerName`` (over the default) and the ``mutated`` marker, with a
+warning, because the default scheduler would place it anywhere; the extender resolves the group at
+scheduling time.
+
+Denied (``allowed: false``), because only the user can resolve them: an ``imex-webhook.io/group-size``
+that is not a whole number from 1 to ``grouping.MAX_GROUP_SIZE``, an empty group annotation, claims of
+two ComputeDomains, a group annotation that contradicts the ComputeDomain
+(``GroupResolution.problems``), a group label written with another group's value, and a pod pinned by
+``spec.nodeName`` to a known node in no domain. An unknown node is a warning, and the pod is admitted.
 """
 
 from __future__ import annotations
@@ -38,7 +52,7 @@ from typing import Any
 from webhook import __version__
 from webhook.domain import grouping, keys, parsing
 from webhook.domain.errors import WireError
-from webhook.domain.model import Catalog, Node
+from webhook.domain.model import Catalog, Node, Pod
 from webhook.domain.patches import APPEND, PatchBuilder, dotted
 from webhook.domain.policy import Policy
 from webhook.wire.admission import JSONPatchOp
@@ -62,6 +76,7 @@ _READABLE = re.compile(
 )
 _SLUG_JUNK = re.compile(r"[^-A-Za-z0-9.]+")
 _DIGEST_CHARS = 16
+MESSAGE_MAX = 1024  # characters of a denial message: kube-apiserver hands it to the user as is
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +104,22 @@ def group_label_value(group_id: str) -> str:
     return f"{prefix}.{slug}_{digest}" if slug else f"{prefix}_{digest}"
 
 
+def might_be_group(obj: Any) -> bool:
+    """Whether a raw pod can belong to a group: it references resource claims or carries the group
+    annotation (the MutatingWebhookConfiguration's ``matchConditions``). Never raises, whatever ``obj`` is."""
+    try:
+        if not isinstance(obj, Mapping):
+            return False
+        spec, meta = obj.get("spec"), obj.get("metadata")
+        claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        return bool(claims) or (isinstance(annotations, Mapping) and keys.GROUP_ANNOTATION in annotations)
+    except Exception:  # a hostile mapping type: assume the worst
+        return True
+
+
 def _deny(message: str, reason: str, group_id: str | None, warnings: list[str]) -> MutationResult:
-    return MutationResult(False, (), tuple(warnings), message, group_id, "denied", reason)
+    return MutationResult(False, (), tuple(warnings), _short(message, MESSAGE_MAX), group_id, "denied", reason)
 
 
 def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapping[str, Node],
@@ -99,31 +128,41 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     pod = parsing.pod(obj, WHERE)
     if namespace and pod.namespace != namespace:
         pod = replace(pod, namespace=namespace)
+    candidate = bool(pod.claims) or keys.GROUP_ANNOTATION in pod.annotations
+    if not candidate:
+        return MutationResult(True)  # no claims, no group annotation: nothing of ours, whatever else it says
+    size_problem = grouping.size_problem(pod.annotations)
+    if size_problem:
+        return _deny(size_problem, "bad-group-size", None, [])
     resolution = grouping.resolve(pod, catalog, policy)
     warnings = [_short(w) for w in resolution.warnings]
     group = resolution.group
     if resolution.problems:
         return _deny("; ".join(resolution.problems), "conflicting-group", group.id if group else None, warnings)
     if group is None:
-        # Nothing to act on; a template not cached yet is re-resolved by the extender at scheduling time.
-        return MutationResult(True, (), tuple(warnings), reason="group-unknown" if warnings else "not-a-group")
+        if keys.GROUP_ANNOTATION in pod.annotations:
+            return _deny(f"annotation {keys.GROUP_ANNOTATION} is empty: set it to the name of the pod's group, "
+                         "or remove it", "bad-group-annotation", None, warnings)
+        if grouping.unresolved_claims(pod, catalog):
+            return _defer(obj, pod, policy, warnings)
+        return MutationResult(True, (), tuple(warnings))  # every claim is known and none makes a group
     if pod.node_name:
         node = nodes.get(pod.node_name)
         if node is None:
-            warnings.append(f"spec.nodeName {pod.node_name!r} is not a node imex-webhook knows; "
+            warnings.append(f"spec.nodeName {grouping.shown(pod.node_name)} is not a node imex-webhook knows; "
                             "its NVLink domain is not checked")
         elif node.domain is None:
             return _deny(
                 f"spec.nodeName pins the pod to node {pod.node_name!r}, which is in no NVLink domain (no "
-                f"{' or '.join(policy.domain_labels)} label), but it belongs to group {group.name!r}; remove "
-                "spec.nodeName or name a node of the group's domain",
+                f"{' or '.join(policy.domain_labels)} label), but it belongs to group "
+                f"{grouping.shown(group.name)}; remove spec.nodeName or name a node of the group's domain",
                 "pinned-outside-domain", group.id, warnings)
     label = group_label_value(group.id)
     written = pod.labels.get(keys.GROUP_LABEL)
     if written is not None and written != label:
         return _deny(
-            f"label {keys.GROUP_LABEL}={written!r} is set by imex-webhook and names another group; remove "
-            f"it (this pod's group {group.name!r} is labelled {label!r})",
+            f"label {keys.GROUP_LABEL}={grouping.shown(written)} is set by imex-webhook and names another group; "
+            f"remove it (this pod's group {grouping.shown(group.name)} is labelled {label!r})",
             "label-conflict", group.id, warnings)
 
     patch = PatchBuilder(obj, WHERE)
@@ -143,6 +182,19 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if not patch.ops:
         return MutationResult(True, (), tuple(warnings), "", group.id, "unchanged", "already-mutated")
     return MutationResult(True, tuple(patch.ops), tuple(warnings), "", group.id, "mutated", "patched")
+
+
+def _defer(obj: Mapping[str, Any], pod: Pod, policy: Policy, warnings: list[str]) -> MutationResult:
+    """A pod whose claims may make a group, but whose templates or claims are not cached yet: the
+    default scheduler would place it anywhere, so it goes to the imex scheduler, whose extender resolves
+    the group at scheduling time (the claims exist by then). Marked, so the reinvocation adds nothing."""
+    patch = PatchBuilder(obj, WHERE)
+    if _schedule_with(patch, policy.scheduler_name, warnings):
+        warnings.append(f"group not resolved at admission; {policy.scheduler_name!r} resolves it at scheduling time")
+    if keys.MUTATED_ANNOTATION not in pod.annotations:
+        patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
+    outcome = "mutated" if patch.ops else "unchanged"
+    return MutationResult(True, tuple(patch.ops), tuple(warnings), "", None, outcome, "group-deferred")
 
 
 def _present(value: Any) -> bool:
@@ -189,18 +241,21 @@ def _require_domain_node(patch: PatchBuilder, topology_key: str) -> None:
         patch.add((*_NODE_TERMS, i, "matchExpressions", APPEND), {"key": topology_key, "operator": "Exists"})
 
 
-def _schedule_with(patch: PatchBuilder, scheduler: str, warnings: list[str]) -> None:
+def _schedule_with(patch: PatchBuilder, scheduler: str, warnings: list[str]) -> bool:
+    """Send the pod to ``scheduler`` unless it names a custom one; whether it goes there."""
     current = patch.get(("spec", "schedulerName"))
     if current == scheduler:
-        return
+        return True
     if current in (None, "", DEFAULT_SCHEDULER):
         if current is None:
             patch.add(("spec", "schedulerName"), scheduler)
         else:
             patch.replace(("spec", "schedulerName"), scheduler)
-        return
-    warnings.append(_short(f"spec.schedulerName {current!r} left as is: only {scheduler!r} reserves a domain "
+        return True
+    shown = grouping.shown(current) if isinstance(current, str) else repr(current)
+    warnings.append(_short(f"spec.schedulerName {shown} left as is: only {scheduler!r} reserves a domain "
                            "for the whole group"))
+    return False
 
 
 def _short(text: str, limit: int = 256) -> str:

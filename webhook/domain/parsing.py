@@ -8,6 +8,7 @@ names it. Unknown fields are ignored, as Kubernetes clients do.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -83,9 +84,30 @@ def quantity(value: Any, path: str) -> float:
 def count(value: Any, path: str) -> int:
     """A countable resource such as nvidia.com/gpu; fractions are rejected by Kubernetes, so by us too."""
     number = quantity(value, path)
-    if number < 0 or number != int(number):
+    if not math.isfinite(number) or number < 0 or number != int(number):  # "1e999" is inf: int() would raise
         raise WireError(path, f"expected a whole non-negative count, got {value!r}")
     return int(number)
+
+
+def node_domain(labels: Mapping[str, str], domain_labels: Sequence[str]) -> tuple[str | None, str | None]:
+    """(domain, the label it came from): the value of the first domain label present and not empty.
+
+    ``imex-webhook.io/domain`` (``keys.DOMAIN_LABEL``) is only a copy of this value for kube-scheduler's
+    sake: it is never read here, so a node whose copy is missing or stale (not written yet, or written by
+    an older configuration) is in the same domain as one whose copy is right, in every mode."""
+    key = next((k for k in domain_labels if labels.get(k)), None)
+    return (labels[key], key) if key else (None, None)
+
+
+def node_labels(obj: Any, path: str = "node") -> tuple[str, str, dict[str, str]]:
+    """(name, resourceVersion, labels) of a Node: all the node domain labeller reads of it."""
+    obj = _map(obj, path)
+    meta = _map(obj.get("metadata"), f"{path}.metadata")
+    name = _str(meta.get("name"), f"{path}.metadata.name")
+    if not name:
+        raise WireError(f"{path}.metadata.name", "missing")
+    version = _str(meta.get("resourceVersion"), f"{path}.metadata.resourceVersion")
+    return name, version, _str_map(meta.get("labels"), f"{path}.metadata.labels")
 
 
 def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
@@ -96,7 +118,7 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
         raise WireError(f"{path}.metadata.name", "missing")
     labels = _str_map(meta.get("labels"), f"{path}.metadata.labels")
     annotations = _str_map(meta.get("annotations"), f"{path}.metadata.annotations")
-    domain_key = next((k for k in domain_labels if labels.get(k)), None)
+    domain, domain_key = node_domain(labels, domain_labels)
     status = _map(obj.get("status"), f"{path}.status")
     allocatable = _map(status.get("allocatable"), f"{path}.status.allocatable")
     gpus = count(allocatable.get(keys.GPU_RESOURCE, 0), f"{path}.status.allocatable[{keys.GPU_RESOURCE}]")
@@ -107,7 +129,7 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
     spec = _map(obj.get("spec"), f"{path}.spec")
     return Node(
         name=name,
-        domain=labels[domain_key] if domain_key else None,
+        domain=domain,
         domain_key=domain_key,
         gpus=gpus,
         fabric_zone=zone,

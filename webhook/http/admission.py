@@ -3,7 +3,8 @@
 Translation only; the verdict comes from ``webhook.domain.admission_review`` and ``mutating``, over the
 cached catalog and nodes (no API call, nothing written, so ``sideEffects: None`` holds and ``dryRun``
 needs no special case). A malformed review gets a 400 JSON error naming the field (``timed``); our own
-failure admits the pod unchanged with a warning and counts in ``imex_webhook_internal_errors_total``.
+failure denies a pod that may belong to a group (never admits it unmodified: it would go to
+default-scheduler) and counts in ``imex_webhook_internal_errors_total``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ def mutate_view() -> Response:
         result = admission_review.admit(review, snapshot.catalog, snapshot.nodes, svc.engine.policy)
     except WireError:
         raise
-    except Exception as exc:  # our fault: never block pod creation for it
+    except Exception as exc:  # our fault: deny a possible group pod rather than let it be split
         log.exception("mutate failed for %s", review.pod_ref)
         svc.metrics.internal_errors.labels("mutate").inc()
-        result = admission_review.internal_error(exc)
+        result = admission_review.internal_error(review, exc)
     svc.metrics.decisions.labels("mutate", result.outcome, result.reason).inc()
     if review.is_pod_create and decisions.isEnabledFor(logging.INFO):
         decisions.info("decision", extra={"decision": {

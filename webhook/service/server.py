@@ -83,7 +83,7 @@ def build_backend(settings: Settings, store: ClusterStore) -> Backend:
     from webhook.adapters import kube
 
     return kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster, store,
-                        settings.holder)
+                        settings.holder, label_nodes=True)
 
 
 def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None) -> tuple[Flask, Engine, Backend]:
@@ -96,6 +96,9 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
     backend.start()
     app = create_app(engine, backend, settings.max_body, tls_ready) if tls_ready else \
         create_app(engine, backend, settings.max_body)
+    labeller = getattr(backend, "node_labels", None)  # Kubernetes mode: imex-webhook.io/domain on nodes
+    if labeller is not None:
+        app.extensions["imex"].metrics.registry.register(labeller.counter)
     nodes = backend.node_objects() if isinstance(backend, embedded_backend.EmbeddedBackend) else []
     parts = fabric_wiring.start(settings.fabric, store, backend, engine, app.extensions["imex"].metrics,
                         credentials=settings.fabric_credentials, ca=settings.fabric_ca,
