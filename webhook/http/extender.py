@@ -1,8 +1,11 @@
-"""POST /filter, /prioritize, /bind: the kube-scheduler extender protocol, translated to and from the engine.
+"""POST /filter, /prioritize, /bind, /preempt: the kube-scheduler extender protocol, translated to and from
+the engine.
 
 Keys are the Go field names (see webhook.wire.extender). Two error channels: a malformed request gets a
 400 JSON body naming the field; anything we cannot serve, including our own bugs, gets a 200 reply with
 ``Error`` set, because kube-scheduler drops the body of every non-200 reply and the reason would be lost.
+/preempt's reply has no ``Error``: our own failure there is a 200 that accepts no candidate, so nothing
+is evicted (see webhook.domain.preemption).
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from webhook.http.common import json_body, json_response, services, timed
 from webhook.wire.extender import (
     ExtenderBindingResult,
     ExtenderFilterResult,
+    ExtenderPreemptionResult,
     HostPriority,
     KubeObject,
+    MetaVictims,
     NodeList,
 )
 
@@ -146,6 +151,103 @@ def bind_view() -> Response:
     svc.metrics.decisions.labels("bind", outcome.outcome, "attach" if outcome.attached else "local").inc()
     ok: ExtenderBindingResult = {"Error": ""}
     return json_response(ok)
+
+
+class ParsedPreemption:
+    """ExtenderPreemptionArgs after parsing: the pod, node -> victim UIDs and PDB violations, and the
+    victims themselves when the scheduler sent them whole (not nodeCacheCapable)."""
+
+    __slots__ = ("candidates", "pdb_violations", "pod", "victims")
+
+    def __init__(self, pod: Pod, candidates: dict[str, list[str]], pdb_violations: dict[str, int],
+                 victims: dict[str, Pod]) -> None:
+        self.pod = pod
+        self.candidates = candidates
+        self.pdb_violations = pdb_violations
+        self.victims = victims
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _node_path(key: str, node: str) -> str:
+    # A node name is at most 253 characters; a hostile key must not blow up the error body.
+    return f"{key}.{node if len(node) <= 253 else node[:253] + '...'}"
+
+
+def parse_preemption_args(body: Mapping[str, Any]) -> ParsedPreemption:
+    if body.get("Pod") is None:
+        raise WireError("Pod", "missing: ExtenderPreemptionArgs must carry the pod that preempts")
+    pod = parsing.pod(body["Pod"], "Pod")
+    # kube-scheduler fills NodeNameToMetaVictims when nodeCacheCapable, NodeNameToVictims otherwise.
+    meta = body.get("NodeNameToMetaVictims")
+    key, table = ("NodeNameToMetaVictims", meta) if meta is not None else ("NodeNameToVictims",
+                                                                            body.get("NodeNameToVictims"))
+    if table is None:
+        raise WireError("NodeNameToMetaVictims", "both NodeNameToMetaVictims and NodeNameToVictims are null; "
+                        "one of them must map the candidate nodes to their victims")
+    if not isinstance(table, dict):
+        raise WireError(key, f"expected an object of node name -> victims, got {type(table).__name__}")
+    candidates: dict[str, list[str]] = {}
+    violations: dict[str, int] = {}
+    victims: dict[str, Pod] = {}
+    for node, entry in table.items():
+        path = _node_path(key, node)
+        if not isinstance(entry, dict):
+            raise WireError(path, "expected a victims object with Pods and NumPDBViolations, "
+                            f"got {type(entry).__name__}")
+        count = entry.get("NumPDBViolations", 0)
+        if count is None:
+            count = 0  # Go decodes null into an int64 as 0
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= _INT64_MAX:
+            raise WireError(f"{path}.NumPDBViolations", f"expected a non-negative 64-bit integer, got {count!r:.40}")
+        pods = entry.get("Pods")
+        if pods is not None and not isinstance(pods, list):
+            raise WireError(f"{path}.Pods", f"expected a list of victims, got {type(pods).__name__}")
+        uids = []
+        for i, item in enumerate(pods or ()):
+            ipath = f"{path}.Pods[{i}]"
+            if meta is not None:
+                if not isinstance(item, dict):
+                    raise WireError(ipath, f'expected a MetaPod {{"UID": ...}}, got {type(item).__name__}')
+                uid = item.get("UID")
+                if not isinstance(uid, str) or not uid:
+                    raise WireError(f"{ipath}.UID", "expected the victim's pod UID (a non-empty string)")
+            else:
+                victim = parsing.pod(item, ipath)
+                uid = victim.uid
+                if not uid:
+                    raise WireError(f"{ipath}.metadata.uid", "missing: the reply names victims by pod UID")
+                victims[uid] = victim
+            uids.append(uid)
+        candidates[node] = uids
+        violations[node] = count
+    return ParsedPreemption(pod, candidates, violations, victims)
+
+
+def _preemption_reply(args: ParsedPreemption | None, kept: tuple[str, ...]) -> ExtenderPreemptionResult:
+    # Always the meta form, whatever the request's mode: kube-scheduler maps the UIDs back to its pods.
+    out: dict[str, MetaVictims] = {}
+    if args is not None:
+        for node in kept:
+            out[node] = {"Pods": [{"UID": uid} for uid in args.candidates[node]],
+                         "NumPDBViolations": args.pdb_violations[node]}
+    return {"NodeNameToMetaVictims": out}
+
+
+@blueprint.post("/preempt")
+@timed("preempt")
+def preempt_view() -> Response:
+    args = parse_preemption_args(_body())
+    svc = services()
+    try:
+        svc.backend.note_pod(args.pod)
+        result = svc.engine.preempt(args.pod, args.candidates, args.victims)
+    except Exception as exc:
+        # No Error field in the reply: accepting no candidate evicts nothing, whatever `ignorable` says.
+        return _internal_error("preempt", exc, _preemption_reply(None, ()))
+    svc.metrics.decisions.labels("preempt", result.outcome, result.reason_class).inc()
+    return json_response(_preemption_reply(args, result.kept))
 
 
 def _error_text(exc: Exception) -> str:

@@ -31,7 +31,7 @@ WEBHOOK_NAME = "pods.imex-webhook.io"
 WEBHOOK_PATH = "/mutate"
 
 # The extender verbs are the Flask routes of webhook.http.extender.
-VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind"}
+VERBS = {"filterVerb": "filter", "prioritizeVerb": "prioritize", "bindVerb": "bind", "preemptVerb": "preempt"}
 # One HTTP client timeout covers every verb, bind included: it must exceed our bind budget (attach +
 # binding) so the scheduler never abandons a bind we are still completing.
 EXTENDER_HTTP_TIMEOUT_S = int(settings.DEFAULT_BIND_BUDGET) + 10

@@ -60,5 +60,43 @@ class ExtenderBindingResult(TypedDict):
     Error: str
 
 
+class MetaPod(TypedDict):
+    """``MetaPod``: a victim named by its pod UID (the Go field ``UID`` has no json tag, so the key is
+    ``UID``, not ``uid``)."""
+
+    UID: str
+
+
+class MetaVictims(TypedDict):
+    """``MetaVictims``: the victims on one candidate node, by UID, and how many PodDisruptionBudgets
+    evicting them would violate."""
+
+    Pods: list[MetaPod]
+    NumPDBViolations: int
+
+
+class Victims(TypedDict):
+    """``Victims``: the same as ``MetaVictims`` with whole pods; sent when not nodeCacheCapable."""
+
+    Pods: list[KubeObject]
+    NumPDBViolations: int
+
+
+class ExtenderPreemptionArgs(TypedDict):
+    """``ExtenderPreemptionArgs``: the body of /preempt. kube-scheduler fills exactly one map, node name ->
+    victims: ``NodeNameToMetaVictims`` when nodeCacheCapable, else ``NodeNameToVictims``; the other is null."""
+
+    Pod: KubeObject
+    NodeNameToVictims: dict[str, Victims] | None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None
+
+
+class ExtenderPreemptionResult(TypedDict):
+    """``ExtenderPreemptionResult``: the reply to /preempt, always in the meta form, whatever the mode.
+    It has no ``Error`` field: the candidate nodes the extender accepts, each with its victims."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims]
+
+
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
