@@ -122,6 +122,9 @@ def test_the_engine_binds_a_whole_job_into_one_domain_through_the_api(fake: Kube
         assert pod is not None
         passed = engine.filter(pod, nodes).passed
         assert passed, f"member {i} found no node"
+        # The first filter stored the reservation: every pass is inside its domain before any bind.
+        (stored,) = engine.reservations.all().values()
+        assert {backend.store.snapshot().nodes[n].domain for n in passed} == {stored.domain}
         outcome = engine.bind("ml", pod.name, pod.uid, passed[0])
         assert outcome.outcome == "bound"
         eventually(lambda pod=pod: (p := backend.store.pod("ml", pod.name)) and p.node_name, what="bound in cache")
@@ -129,7 +132,7 @@ def test_the_engine_binds_a_whole_job_into_one_domain_through_the_api(fake: Kube
     placed = [backend.store.pod("ml", f"train-4-{i}") for i in range(4)]
     snapshot = backend.store.snapshot()
     domains = {snapshot.nodes[p.node_name].domain for p in placed if p and p.node_name}
-    (reservation,) = fake.items("domainreservations")
+    (reservation,) = [o for o in fake.items("domainreservations") if o["metadata"]["name"].startswith("r-")]
     assert domains == {reservation["spec"]["domain"]}
     assert reservation["spec"]["size"] == 4 and "placedAt" in reservation["spec"]
     assert len(fake.bindings()) == 4

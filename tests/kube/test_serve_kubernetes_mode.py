@@ -1,16 +1,22 @@
 """``imex-webhook serve --kubeconfig`` end to end: the real TLS server in a subprocess, its caches fed by
 the fake API server (seeded with the demo cluster), answering extender calls exactly as kube-scheduler
-sends them: /readyz turns ready once every list arrived, filter keeps a ComputeDomain job in one clique,
-bind creates exactly one pods/binding and a DomainReservation that a restarted server still honours."""
+sends them: /readyz turns ready once every list arrived, the first filter of a ComputeDomain job stores its
+DomainReservation (the clique it keeps the job in), bind creates exactly one pods/binding, and a restarted
+server still honours the reservation."""
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 from tests import serving
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters import demo
+
+
+def _reservations(fake: KubeFake) -> list[dict[str, Any]]:
+    return [o for o in fake.items("domainreservations") if o["metadata"]["name"].startswith("r-")]
 
 
 def _filter_body(name: str) -> dict[str, object]:
@@ -33,14 +39,17 @@ def test_serve_on_the_api_server_places_binds_and_keeps_the_reservation_across_a
         clique = demo.clique_value("gb200-c")
         assert result["Error"] == "" and result["NodeNames"]
         assert all(n.startswith("gb200-c-") for n in result["NodeNames"]), clique
+        # Stored by the filter, before any bind: the binding cycle only confirms it.
+        (reservation,) = _reservations(fake)
+        assert reservation["spec"]["domain"] == clique and "placedAt" not in reservation["spec"]
         node = result["NodeNames"][0]
         bind = {"PodName": "train-8-0", "PodNamespace": "ml", "PodUID": demo.uid("pod", "ml", "train-8-0"),
                 "Node": node}
         assert served.post("/bind", bind).json() == {"Error": ""}
         assert served.post("/bind", bind).json() == {"Error": ""}  # already bound here: success, no new binding
         assert [b["name"] for b in fake.bindings() if b["status"] == 201] == ["train-8-0"]
-        (reservation,) = fake.items("domainreservations")
-        assert reservation["spec"]["domain"] == clique
+        (reservation,) = _reservations(fake)
+        assert reservation["spec"]["domain"] == clique and "placedAt" in reservation["spec"]
         eventually(lambda: served.get("/inspect").json()["reservations"][0]["state"] == "reserved")
     # A new server (a restart, or another replica) reads the reservation back and follows it.
     with serving.serve(tmp_path / "second", *args) as served:

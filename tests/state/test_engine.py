@@ -1,6 +1,7 @@
-"""The engine on the embedded store: a filter choice becomes a proposal, the first bind stores it as
-the reservation, later members follow it, a lost race is reported, housekeeping releases stale
-reservations, and a pod that needs fabric GPUs without a fabric manager is refused with a reason."""
+"""The engine on the embedded store: the first filter of a group stores its choice as the reservation,
+later members follow it, a reservation another replica stored first is followed, housekeeping releases
+stale reservations, and a pod that needs fabric GPUs without a fabric manager is refused with a reason.
+Concurrent first pods and replicas: ``test_reservation_races``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests import builders
 from webhook.adapters import demo, embedded
 from webhook.domain import parsing
 from webhook.domain.errors import DecisionError
+from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
@@ -47,6 +49,8 @@ def test_the_whole_job_lands_in_the_domain_the_first_filter_chose(engine: Engine
     for i in range(8):
         passed = _submit(engine, f"train-8-{i}", "train-8")
         assert passed, f"member {i} found no node"
+        (stored,) = engine.reservations.all().values()  # stored by the first filter, before any bind
+        assert stored.domain == demo.clique_value("gb200-c") and stored.placed_at == (None if i == 0 else 1000.0)
         engine.bind("ml", f"train-8-{i}", demo.uid("pod", "ml", f"train-8-{i}"), passed[0])
         placed.append(passed[0])
     snap = engine.snapshot()
@@ -65,13 +69,17 @@ def test_a_second_job_does_not_take_the_first_jobs_promised_capacity(engine: Eng
 
 
 def test_a_reservation_made_by_another_replica_wins(engine: Engine) -> None:
-    passed = _submit(engine, "train-8-0", "train-8")
-    proposal = engine.proposals.view(engine.clock())[f"cd:{demo.uid('cd', 'ml', 'train-8')}"]
-    from dataclasses import replace
+    gid = f"cd:{demo.uid('cd', 'ml', 'train-8')}"
+    other = demo.clique_value("gb200-b")
+    engine.reservations.reserve(Reservation(gid, "train-8", "ml", other, 8, 4, True, engine.clock(),
+                                            holder="replica-2"))
 
-    engine.reservations.ensure(replace(proposal, domain=demo.clique_value("gb200-b"), holder="replica-2"))
-    with pytest.raises(DecisionError, match="reserved in domain"):
-        engine.bind("ml", "train-8-0", demo.uid("pod", "ml", "train-8-0"), passed[0])
+    passed = _submit(engine, "train-8-0", "train-8")
+    snap = engine.snapshot()
+    assert passed and {snap.nodes[n].domain for n in passed} == {other}  # followed, not chosen again
+    with pytest.raises(DecisionError, match="is reserved in domain"):
+        engine.bind("ml", "train-8-0", demo.uid("pod", "ml", "train-8-0"), "gb200-c-00")
+    assert engine.reservations.all()[gid].holder == "replica-2"
 
 
 def test_housekeeping_releases_a_reservation_whose_members_never_came(engine: Engine, clock: Clock) -> None:

@@ -176,6 +176,14 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling)
 
 
+def still_fits(domain: str, group: Group, need: Demand, remaining: int, snapshot: Snapshot,
+               others: Mapping[str, Reservation], allowed: Set[str] | None = None) -> bool:
+    """Whether ``domain`` can still host ``remaining`` members of ``group`` once every promise in ``others``
+    is taken out: the test a choice passes again when it is recorded next to the domain's latest promises
+    (another replica may have promised some of the domain to another group since the choice was made)."""
+    return offer(domain, group, need, remaining, snapshot, holds(snapshot, others, group.id), allowed).pods >= remaining
+
+
 def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
            others: Mapping[str, Reservation], pending_self: bool = True, allowed: Set[str] | None = None) -> Choice:
     """The domain for the whole group, or a reason a human can act on when there is none.
