@@ -81,6 +81,7 @@ KINDS: dict[str, Kind] = {k.plural: k for k in (
     Kind("batch", "v1", "jobs", "Job", True),
     Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
     Kind("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
     Kind("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", True),
     Kind("imex-webhook.io", "v1alpha1", "domainreservations", "DomainReservation", False),
     Kind("imex-webhook.io", "v1alpha1", "fabricattachments", "FabricAttachment", False),

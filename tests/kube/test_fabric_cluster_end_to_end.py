@@ -61,11 +61,11 @@ class Kubelet:
             if self.fake.get("pods", "kube-system", "nvidia-device-plugin-fab-00") is not None:
                 continue
             attached = sum(1 for b in _state(self.sim)["blocks"].values() if b.get("system") == NODE)
-            node = self.fake.get("nodes", None, NODE)
-            assert node is not None
-            node["status"]["allocatable"][keys.GPU_RESOURCE] = str(1 + attached)
-            node["status"]["capacity"][keys.GPU_RESOURCE] = str(1 + attached)
-            self.fake.replace("nodes", node)
+            gpus = str(1 + attached)
+            # A merge patch, as the kubelet's status update: the agent and the extender's domain labeller
+            # write the same Node meanwhile, and a whole-object replace would lose to them with a 409.
+            self.fake.patch("nodes", None, NODE, {"status": {"allocatable": {keys.GPU_RESOURCE: gpus},
+                                                             "capacity": {keys.GPU_RESOURCE: gpus}}})
             self.fake.create("pods", _device_plugin_pod())
             self.restarts += 1
 

@@ -38,15 +38,20 @@ def _pods(backend: KubeBackend) -> int:
 def test_caches_fill_from_the_initial_lists(fake: KubeFake, connect_backend: Connect) -> None:
     fake.seed(demo.objects())
     fake.create("jobs", {"metadata": {"name": "trainer", "namespace": "ml"}, "spec": {"parallelism": 4}})
+    fake.create("resourceslices", {"metadata": {"name": "hgx-00-gpus"}, "spec": {
+        "driver": "gpu.nvidia.com", "nodeName": "hgx-00", "pool": {"name": "hgx-00", "generation": 1,
+                                                                  "resourceSliceCount": 1},
+        "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(2)]}})
 
     backend = connect_backend(watch=WatchSettings(page_size=7))  # several pages per kind
 
     counts = backend.store.raw_counts()
     assert counts == {"Node": len(demo.nodes()), "Pod": 4, "ResourceClaim": 0,
                       "ResourceClaimTemplate": len(demo.COMPUTE_DOMAINS), "ComputeDomain": len(demo.COMPUTE_DOMAINS),
-                      "Job": 1}
+                      "Job": 1, "ResourceSlice": 1}
     snapshot = backend.store.snapshot()
     assert snapshot.nodes["gb200-a-00"].domain == CLIQUE
+    assert snapshot.nodes["hgx-00"].gpus == 8 + 2, "device-plugin GPUs plus the DRA slice's"
     assert len(snapshot.domains[CLIQUE]) == 18
     assert fake.requests("list", "nodes") > 1  # the nodes came in pages
 

@@ -105,7 +105,8 @@ class EmbeddedBackend:
     def start(self) -> None:
         self.store.expect(KINDS)
         # Catalog objects first, so pods resolve their groups without a second pass.
-        for kind in ("Node", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job", "Pod"):
+        for kind in ("Node", "ResourceSlice", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job",
+                     "Pod"):
             self.store.replace(kind, self._by_kind[kind])
             self.store.mark_synced(kind)
         log.info("embedded cluster loaded from %s: %s", self.source,

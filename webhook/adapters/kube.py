@@ -6,8 +6,9 @@ caches of Nodes, Pods, Jobs, ResourceClaims, ResourceClaimTemplates and ComputeD
 and ``KubeBinder``, which creates the ``pods/binding`` subresource with the pod's UID as precondition.
 
 This package is the only code that talks to the API server (import-linter enforces it). Filter and
-prioritize never wait on it: they read the caches. Only ``/bind`` calls it, each call with a deadline
-below kube-scheduler's extender timeout (``kube_api.call_timeout``).
+prioritize read the caches; the only API calls on the filter path are the writes of a group's first
+filter that store its reservation (a domain ledger and the reservation, ``kube_reservations``). ``/bind``
+calls it too; every call has a deadline below kube-scheduler's extender timeout (``kube_api.call_timeout``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from webhook.adapters.kube_api import (
     load_configuration,
 )
 from webhook.adapters.kube_attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
+from webhook.adapters.kube_node_labels import NodeDomainLabeller
 from webhook.adapters.kube_reservations import DOMAIN_RESERVATIONS, KubeReservationStore
 from webhook.adapters.kube_watch import Sink, Watcher, WatchSettings
 from webhook.domain import parsing
@@ -48,13 +50,15 @@ CLUSTER_RESOURCES = (
     Resource("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
     Resource("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
     Resource("ComputeDomain", "resource.nvidia.com", "v1beta1", "computedomains", True),
+    # GPUs of DRA-only nodes exist only as devices of the GPU driver's slices.
+    Resource("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
 )
 # NVIDIA's DRA driver installs the ComputeDomain CRD; a cluster without it still has annotated and
 # fabric groups to schedule, so its absence is an empty list, not a failure.
 OPTIONAL_KINDS = frozenset({"ComputeDomain", DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind})
 RECONCILER_LEASE = "imex-webhook-reconciler"
 STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together
-# Seven long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
+# Nine long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
 # connections ("pool is full") or opening a new one per bind.
 POOL_SIZE = 32
 
@@ -104,7 +108,7 @@ class KubeBackend:
     embedded: bool = False
 
     def __init__(self, api: Api, store: ClusterStore, holder: str, settings: WatchSettings | None = None,
-                 namespace: str = "imex-system") -> None:
+                 namespace: str = "imex-system", label_nodes: bool = False) -> None:
         self.store = store
         self._api = api
         self._reservations = KubeReservationStore(api, holder)
@@ -114,7 +118,11 @@ class KubeBackend:
         self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
         self._stopping = threading.Event()
         self._started = False
-        sinks: list[tuple[Resource, Sink]] = [(r, store) for r in CLUSTER_RESOURCES]
+        # label_nodes: keep imex-webhook.io/domain on every Node (kube_node_labels), fed by the Node watch.
+        self.node_labels = NodeDomainLabeller(api, store.policy) if label_nodes else None
+        sinks: list[tuple[Resource, Sink]] = [
+            (r, self.node_labels.tee(store) if self.node_labels and r.kind == "Node" else store)
+            for r in CLUSTER_RESOURCES]
         sinks.append((DOMAIN_RESERVATIONS, self._reservations))
         sinks.append((FABRIC_ATTACHMENTS, self.attachments))
         self._watchers = [Watcher(api, resource, sink, self._stopping, optional=resource.kind in OPTIONAL_KINDS,
@@ -126,6 +134,8 @@ class KubeBackend:
         if self._started:
             return
         self._started = True
+        if self.node_labels is not None:
+            self.node_labels.start()
         for watcher in self._watchers:
             watcher.start()
 
@@ -136,6 +146,8 @@ class KubeBackend:
         deadline = time.monotonic() + STOP_TIMEOUT
         for watcher in self._watchers:
             watcher.join(max(0.0, deadline - time.monotonic()))
+        if self.node_labels is not None:
+            self.node_labels.stop(max(0.0, deadline - time.monotonic()))
         self._api.close()
 
     def ready(self) -> tuple[bool, str]:
@@ -158,14 +170,15 @@ class KubeBackend:
 
 def connect(kubeconfig: str | None, in_cluster: bool, store: ClusterStore, holder: str,
             request_timeout: float = EXTENDER_HTTP_TIMEOUT, *, watch: WatchSettings | None = None,
-            namespace: str = "imex-system") -> KubeBackend:
+            namespace: str = "imex-system", label_nodes: bool = False) -> KubeBackend:
     """A backend on the API server named by ``kubeconfig`` (or the in-cluster service account).
 
     ``request_timeout`` is how long whoever waits on our API calls waits (kube-scheduler's extender
     httpTimeout); each call gets a share of it. ``holder`` names this replica on the reservations it
-    creates. Nothing is contacted until ``start()``.
+    creates. ``label_nodes`` runs the node domain labeller (``kube_node_labels``). Nothing is contacted
+    until ``start()``.
     """
     client = ApiClient(load_configuration(kubeconfig, in_cluster, POOL_SIZE))
     client.user_agent = "imex-webhook"
     log.info("Kubernetes API server %s (holder %s)", client.configuration.host, holder)
-    return KubeBackend(Api(client, call_timeout(request_timeout)), store, holder, watch, namespace)
+    return KubeBackend(Api(client, call_timeout(request_timeout)), store, holder, watch, namespace, label_nodes)

@@ -6,17 +6,41 @@ from dataclasses import dataclass
 
 from webhook.domain import keys
 
+# kube-scheduler 1.35+ (gang scheduling) holds each pod of a gang at Permit for up to 5 minutes, before
+# DRA's PreBind and our /bind run: a reservation (or a promise not yet stored as one) with no member
+# placed must outlive that wait, or another group takes the domain while the gang waits to bind.
+PERMIT_MAX_WAIT = 300.0
+# On top of the Permit wait: scheduling the gang's other members, the bind itself, and the watch event
+# that shows the bound pod to every replica.
+PERMIT_MARGIN = 60.0
+MIN_TTL = PERMIT_MAX_WAIT + PERMIT_MARGIN
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     domain_labels: tuple[str, ...] = keys.DEFAULT_DOMAIN_LABELS
     channel_device_classes: tuple[str, ...] = keys.DEFAULT_CHANNEL_DEVICE_CLASSES
     gpu_device_classes: tuple[str, ...] = keys.DEFAULT_GPU_DEVICE_CLASSES
+    gpu_drivers: tuple[str, ...] = keys.DEFAULT_GPU_DRIVERS
     scheduler_name: str = "imex-scheduler"
     reservation_ttl: float = 600.0  # seconds a reservation survives with no member placed
-    proposal_ttl: float = 120.0  # seconds a not-yet-bound domain choice is remembered by this process
+    # Seconds a domain choice not (yet) stored as a reservation keeps its capacity promised: a choice being
+    # stored, or a promise in a domain's ledger whose reservation a replica failed to create.
+    proposal_ttl: float = MIN_TTL
 
     @property
     def affinity_topology_key(self) -> str:
-        """The label the admission webhook's pod affinity uses: the cluster's primary domain label."""
-        return self.domain_labels[0]
+        """The label the admission webhook's pod affinity and node requirement use, for every group kind:
+        ``imex-webhook.io/domain``, which the node domain labeller sets to the node's domain on every node
+        that has one (a clique label alone would make fabric-zone groups unschedulable)."""
+        return keys.DOMAIN_LABEL
+
+    def ttl_problems(self) -> list[str]:
+        """Why the TTLs cannot work with kube-scheduler's gang wait at Permit (empty: they can)."""
+        return [
+            f"{what} {ttl:g}s is shorter than {MIN_TTL:g}s: pods of a gang wait at Permit up to "
+            f"{PERMIT_MAX_WAIT:g}s (kube-scheduler 1.35+) before they bind, and a reservation that expires "
+            "meanwhile lets another group take the domain"
+            for what, ttl in (("reservation TTL", self.reservation_ttl), ("proposal TTL", self.proposal_ttl))
+            if ttl < MIN_TTL
+        ]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.domain import keys
-from webhook.domain.policy import Policy
+from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT, Policy
 from webhook.http.app import DEFAULT_MAX_BODY
 
 DEFAULT_BIND = "127.0.0.1:8443"
@@ -111,7 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           f"(default {', '.join(keys.DEFAULT_CHANNEL_DEVICE_CLASSES)})")
     pol.add_argument("--scheduler-name", default="imex-scheduler", help="the dedicated scheduler profile")
     pol.add_argument("--reservation-ttl", type=float, default=600.0,
-                     help="seconds a reservation lives with no member placed (default %(default)s)")
+                     help="seconds a reservation lives with no member placed (default %(default)s; at least "
+                          f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")
+    pol.add_argument("--housekeeping-interval", type=float, default=30.0,
+                     help="seconds between passes that release the domains of finished groups and expired "
+                          "reservations (default %(default)s)")
     out = parser.add_argument_group("logging")
     out.add_argument("--log-format", choices=("plain", "json"), default="plain")
     out.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -142,6 +146,8 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError(f"--fabric {ns.fabric!r}: expected a URL, 'embedded' or 'none'")
     if ns.fabric.startswith(("http://", "https://")) and ns.fabric_credentials is None:
         raise SettingsError("--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)")
+    if not 0 < ns.housekeeping_interval <= 3600:
+        raise SettingsError(f"--housekeeping-interval {ns.housekeeping_interval:g}: expected seconds in (0, 3600]")
     if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0 or ns.orphan_grace < 0:
         raise SettingsError("--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative")
     policy = Policy(
@@ -150,6 +156,8 @@ def from_args(ns: argparse.Namespace) -> Settings:
         scheduler_name=ns.scheduler_name,
         reservation_ttl=ns.reservation_ttl,
     )
+    if policy.ttl_problems():
+        raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: " + "; ".join(policy.ttl_problems()))
     tls_dir = ns.tls_dir if ns.tls_dir is not None or ns.tls_cert is not None else default_tls_dir()
     return Settings(
         bind=ns.bind, workers=ns.workers, threads=ns.threads, tls_cert=ns.tls_cert, tls_key=ns.tls_key,
@@ -158,5 +166,5 @@ def from_args(ns: argparse.Namespace) -> Settings:
         fabric_credentials=ns.fabric_credentials, fabric_ca=ns.fabric_ca, fabric_refresh=ns.fabric_refresh,
         attach_timeout=ns.attach_timeout, orphan_grace=ns.orphan_grace,
         max_body=ns.max_body, bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
-        access_log=ns.access_log, policy=policy,
+        access_log=ns.access_log, policy=policy, housekeeping_interval=ns.housekeeping_interval,
     )

@@ -1,6 +1,8 @@
 """The in-process view of the cluster that filter and prioritize read: no API call on their path.
 
-Fed by watch events (Kubernetes mode) or by files and recorded bindings (embedded mode). Every object is
+Fed by watch events (Kubernetes mode) or by files and recorded bindings (embedded mode). A node's GPUs are
+its allocatable ``nvidia.com/gpu`` (device plugin) plus the whole GPUs its DRA ResourceSlices publish
+(``webhook.domain.slices``), so DRA-only nodes have capacity too. Every object is
 parsed once when it arrives; per-pod derived facts (group, demand, node) are kept and the aggregates
 (GPUs used per node, members per group, domains) are updated incrementally, so building a snapshot is a
 few shallow copies and happens at most once per change, not once per request.
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.domain import capacity, grouping, parsing
+from webhook.domain import capacity, grouping, parsing, slices
 from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.errors import WireError
 from webhook.domain.model import (
@@ -34,7 +36,7 @@ from webhook.domain.policy import Policy
 
 log = logging.getLogger(__name__)
 
-KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job")
+KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,10 @@ class ClusterStore:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._lock = threading.RLock()
-        self._nodes: dict[str, Node] = {}
+        self._nodes: dict[str, Node] = {}  # with the GPUs of the node's DRA slices added
+        self._node_objects: dict[str, Node] = {}  # as parsed from the Node alone
+        self._slices: dict[str, slices.SliceGpus] = {}
+        self._dra_gpus: dict[str, int] = defaultdict(int)
         self._pods: dict[ObjectKey, _Derived] = {}
         self._templates: dict[ObjectKey, ClaimSpec] = {}
         self._claims: dict[ObjectKey, ClaimSpec] = {}
@@ -177,14 +182,16 @@ class ClusterStore:
             return {
                 "Node": len(self._nodes), "Pod": len(self._pods), "ResourceClaim": len(self._claims),
                 "ResourceClaimTemplate": len(self._templates), "ComputeDomain": len(self._cds),
-                "Job": len(self._jobs),
+                "Job": len(self._jobs), "ResourceSlice": len(self._slices),
             }
 
     # -- internals -----------------------------------------------------------------------------------
 
     def _keys(self, kind: str) -> list[ObjectKey]:
         if kind == "Node":
-            return [("", n) for n in self._nodes]
+            return [("", n) for n in self._node_objects]
+        if kind == "ResourceSlice":
+            return [("", n) for n in self._slices]
         if kind == "ComputeDomain":
             return list(self._cd_keys)
         tables: dict[str, dict[ObjectKey, Any]] = {
@@ -200,7 +207,10 @@ class ClusterStore:
         try:
             if kind == "Node":
                 node = parsing.node(obj, self.policy.domain_labels)
-                self._nodes[node.name] = node
+                self._node_objects[node.name] = node
+                self._refresh_node(node.name)
+            elif kind == "ResourceSlice":
+                self._set_slice(_key(obj)[1], slices.resource_slice(obj, self.policy.gpu_drivers))
             elif kind == "Pod":
                 self._set_pod(parsing.pod(obj, "pod"))
             elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
@@ -225,7 +235,10 @@ class ClusterStore:
 
     def _remove(self, kind: str, key: ObjectKey) -> None:
         if kind == "Node":
-            self._nodes.pop(key[1], None)
+            self._node_objects.pop(key[1], None)
+            self._refresh_node(key[1])
+        elif kind == "ResourceSlice":
+            self._set_slice(key[1], None)
         elif kind == "Pod":
             self._unset_pod(key)
         elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
@@ -240,6 +253,27 @@ class ClusterStore:
         elif kind == "Job":
             if self._jobs.pop(key, None) is not None:
                 self._rederive(key[0])
+
+    def _set_slice(self, name: str, new: slices.SliceGpus | None) -> None:
+        old = self._slices.pop(name, None)
+        if new is not None:
+            self._slices[name] = new
+        touched = {s.node for s in (old, new) if s is not None and s.node}
+        for s in (old, new):
+            if s is not None and s.node:
+                self._dra_gpus[s.node] += s.gpus if s is new else -s.gpus
+        for node in touched:
+            if self._dra_gpus[node] <= 0:
+                del self._dra_gpus[node]
+            self._refresh_node(node)
+
+    def _refresh_node(self, name: str) -> None:
+        parsed = self._node_objects.get(name)
+        if parsed is None:
+            self._nodes.pop(name, None)
+            return
+        dra = self._dra_gpus.get(name, 0)
+        self._nodes[name] = replace(parsed, gpus=parsed.gpus + dra) if dra else parsed
 
     def _catalog(self) -> Catalog:
         return Catalog(self._templates, self._claims, self._cds, self._jobs)
