@@ -38,6 +38,10 @@ class Served:
     process: subprocess.Popen[str]
     log: Path
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
     def session(self) -> requests.Session:
         s = requests.Session()
         # verify goes with each request (post): REQUESTS_CA_BUNDLE would override a session-level verify.
@@ -60,8 +64,9 @@ class Served:
 @contextlib.contextmanager
 def serve(tmp: Path, *args: str, ready_timeout: float = 30.0, ca: Path | None = None,
           client_cert: tuple[Path, Path] | None = None) -> Iterator[Served]:
-    """``ca``: the CA of certificates given in ``args`` (--tls-cert/--tls-key); else a --tls-dir is made.
-    ``client_cert``: (cert, key) presented while waiting for readiness (servers started with --client-ca)."""
+    """``ca``: the CA of certificates given in ``args`` (--tls-cert/--tls-key or --tls-dir); else a
+    --tls-dir is made. ``client_cert``: (cert, key) presented while waiting for readiness (servers started
+    with --client-ca)."""
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     tls = tmp / "tls"

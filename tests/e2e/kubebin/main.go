@@ -1,10 +1,13 @@
-// Command kubebin is one binary holding the three real control-plane programs the
-// end-to-end suite runs: an embedded etcd, kube-apiserver and kube-scheduler, all
-// built from the Kubernetes release pinned in go.mod. One binary means one link
-// step, which is most of the build time on a small machine.
+// Command kubebin is one binary holding the real control-plane programs the
+// end-to-end suite runs: an embedded etcd, kube-apiserver, kube-scheduler and
+// kube-controller-manager's ResourceClaim controller (it makes a pod's claims from
+// its ResourceClaimTemplates), all built from the Kubernetes release pinned in
+// go.mod. One binary means one link step, which is most of the build time on a
+// small machine.
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,14 +15,19 @@ import (
 	"syscall"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
+	"k8s.io/klog/v2"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kubebin etcd DATA_DIR CLIENT_URL | kube-apiserver ARGS | kube-scheduler ARGS")
+		fmt.Fprintln(os.Stderr, "usage: kubebin etcd DATA_DIR CLIENT_URL PEER_URL | kube-apiserver ARGS | kube-scheduler ARGS | resourceclaim-controller KUBECONFIG")
 		os.Exit(2)
 	}
 	verb := os.Args[1]
@@ -31,6 +39,8 @@ func main() {
 		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
 	case "kube-scheduler":
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "resourceclaim-controller":
+		os.Exit(runClaimController(os.Args[1:]))
 	default:
 		fmt.Fprintf(os.Stderr, "kubebin: unknown program %q\n", verb)
 		os.Exit(2)
@@ -85,4 +95,41 @@ func runEtcd(args []string) int {
 		fmt.Fprintln(os.Stderr, "kubebin etcd:", err)
 		return 1
 	}
+}
+
+// runClaimController runs the ResourceClaim controller as kube-controller-manager
+// does (same constructor, same informers), without the other controllers: the
+// suite has no kubelets, nodes or workloads for them to act on.
+func runClaimController(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: kubebin resourceclaim-controller KUBECONFIG")
+		return 2
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubebin resourceclaim-controller:", err)
+		return 2
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubebin resourceclaim-controller:", err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	controller, err := resourceclaim.NewController(
+		klog.FromContext(ctx), client,
+		factory.Core().V1().Pods(),
+		factory.Scheduling().V1beta1().PodGroups(),
+		factory.Resource().V1().ResourceClaims(),
+		factory.Resource().V1().ResourceClaimTemplates())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubebin resourceclaim-controller:", err)
+		return 1
+	}
+	factory.Start(ctx.Done())
+	fmt.Println("resourceclaim-controller running")
+	controller.Run(ctx, 4)
+	return 0
 }
