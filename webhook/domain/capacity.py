@@ -22,6 +22,7 @@ LIVE = IN_FLIGHT | {Phase.READY}
 def demand(pod: Pod, catalog: Catalog, policy: Policy) -> Demand:
     """Container ``nvidia.com/gpu`` plus the device counts of the pod's ``gpu.nvidia.com`` claims."""
     gpus = pod.gpu_limit
+    claimed = 0
     whole = False
     for ref in pod.claims:
         if ref.template:
@@ -35,8 +36,21 @@ def demand(pod: Pod, catalog: Catalog, policy: Policy) -> Demand:
                 if req.all_devices:
                     whole = True
                 else:
-                    gpus += req.count
-    return Demand(gpus=gpus, whole_node=whole)
+                    claimed += req.count
+    return Demand(gpus=gpus + claimed, whole_node=whole, claim_gpus=claimed)
+
+
+def source_mismatch(node: Node, need: Demand) -> str | None:
+    """A pod asking the device plugin for GPUs cannot get DRA devices, and the other way round: a node
+    offers the GPUs of the kind it publishes (the device plugin's nvidia.com/gpu, or DRA ResourceSlices).
+    Attached fabric GPUs come through the device plugin."""
+    plugin_need = need.gpus - need.claim_gpus
+    if plugin_need > 0 and node.gpus - node.dra_gpus + node.fabric_slots == 0:
+        return (f"pod requests {plugin_need} nvidia.com/gpu from the device plugin; node publishes its GPUs only "
+                "as DRA devices")
+    if (need.claim_gpus > 0 or need.whole_node) and node.dra_gpus == 0 and node.gpus > 0:
+        return "pod claims GPUs through DRA; node has only device-plugin GPUs (no GPU ResourceSlice)"
+    return None
 
 
 class Verdict(enum.StrEnum):
@@ -84,6 +98,9 @@ def node_fit(node: Node, need: Demand, snapshot: Snapshot, pod_uid: str = "") ->
     """Whether one pod with ``need`` fits on ``node`` right now, and why not if it does not."""
     local = free_local(node, snapshot, pod_uid)
     fabric = attachable(node, snapshot)
+    mismatch = source_mismatch(node, need)
+    if mismatch is not None:
+        return Fit(Verdict.NEVER, mismatch, local, 0, 0)
     if need.whole_node:
         if node.gpus == 0:
             return Fit(Verdict.NEVER, "node has no GPUs and the pod claims all GPUs of a node", local, 0, 0)

@@ -20,11 +20,12 @@ class Node:
     name: str
     domain: str | None  # the value of the first domain label present; compared as an opaque string
     domain_key: str | None  # which label it came from
-    gpus: int  # allocatable nvidia.com/gpu
+    gpus: int  # allocatable nvidia.com/gpu plus dra_gpus
     fabric_zone: str | None
     fabric_slots: int  # how many more fabric GPUs this node can take
     compute_domain: str | None  # UID in the DRA driver's node label, if a ComputeDomain holds the node
     unschedulable: bool = False
+    dra_gpus: int = 0  # of gpus, those published as DRA devices (ResourceSlices), not by the device plugin
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,7 @@ class GroupResolution:
 class Demand:
     gpus: int
     whole_node: bool = False  # a gpu.nvidia.com claim with allocationMode All
+    claim_gpus: int = 0  # of gpus, those requested through DRA claims (the rest: nvidia.com/gpu limits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
-from webhook.domain.capacity import attachable, free_local
+from webhook.domain.capacity import attachable, free_local, source_mismatch
 from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
 
 
@@ -87,7 +87,9 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     """``allowed``: the nodes the scheduler found feasible for this pod (its own filters: node selectors,
     affinity, taints); only they can take members now. The ceiling still counts the whole domain."""
     names = [n for n in snapshot.domains.get(domain, ()) if n in snapshot.nodes]
-    every = [snapshot.nodes[n] for n in names if not snapshot.nodes[n].unschedulable]
+    # A node whose GPUs are of another kind than the pod asks for (device plugin vs DRA) never hosts it.
+    every = [snapshot.nodes[n] for n in names
+             if not snapshot.nodes[n].unschedulable and source_mismatch(snapshot.nodes[n], need) is None]
     nodes = every if allowed is None else [n for n in every if n.name in allowed]
     already = snapshot.node_groups
     local = {n.name: free_local(n, snapshot) for n in nodes}

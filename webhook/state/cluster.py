@@ -273,7 +273,7 @@ class ClusterStore:
             self._nodes.pop(name, None)
             return
         dra = self._dra_gpus.get(name, 0)
-        self._nodes[name] = replace(parsed, gpus=parsed.gpus + dra) if dra else parsed
+        self._nodes[name] = replace(parsed, gpus=parsed.gpus + dra, dra_gpus=dra) if dra else parsed
 
     def _catalog(self) -> Catalog:
         return Catalog(self._templates, self._claims, self._cds, self._jobs)

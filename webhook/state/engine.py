@@ -116,6 +116,8 @@ class _Arbiter:
     group: Group
     need: Demand
     allowed: Set[str] | None  # the candidate nodes of the filter that chose (None: the whole domain)
+    # The cluster the choice was made for, when not the current one: once a preemption's victims are gone.
+    after: Snapshot | None = None
 
     def live(self, promise: Reservation) -> bool:
         return self.engine.live(promise, self.engine.clock())
@@ -123,7 +125,7 @@ class _Arbiter:
     def fits(self, promises: Mapping[str, Reservation]) -> bool:
         engine, res = self.engine, self.proposal
         now = engine.clock()
-        snapshot = engine.snapshot()
+        snapshot = self.after if self.after is not None else engine.snapshot()
         others = filtering.live_reservations(snapshot, engine.promised(now), engine.policy, now)
         others.update(promises)  # the domain's ledger as the store just read it wins over our cache
         others.pop(res.group_id, None)
@@ -281,8 +283,13 @@ class Engine:
     def preempt(self, pod: Pod, candidates: Mapping[str, Sequence[str]],
                 sent: Mapping[str, Pod]) -> preemption.PreemptOutcome:
         """``candidates``: node -> victim UIDs; ``sent``: victims the scheduler sent whole (no node cache).
-        The caches' copy of a victim wins: it is what our accounting counted. Nothing is recorded: the
-        pod's next filter chooses and stores the group's domain as always."""
+        The caches' copy of a victim wins: it is what our accounting counted.
+
+        A domain chosen for a group with no reservation (the cluster as it will be once the victims are
+        gone) is stored as the group's reservation before anything is evicted. kube-scheduler preempts
+        for one pod at a time, each with its own candidates; without the record, the next member could
+        choose another domain, and the group would evict pods in two domains and fit in neither (seen
+        with the real scheduler). If the record cannot be made, nothing is evicted this cycle."""
         now = self.clock()
         victims = {}
         for uids in candidates.values():
@@ -290,14 +297,44 @@ class Engine:
                 known = self.store.pod_by_uid(uid) or sent.get(uid)
                 if known is not None:
                     victims[uid] = known
-        result = preemption.preempt(pod, candidates, victims, self.snapshot(), self.policy,
+        snapshot = self.snapshot()
+        result = preemption.preempt(pod, candidates, victims, snapshot, self.policy,
                                     _Lazy(lambda: self.promised(now)), now, self.holder)
         ctx = result.context
+        if (result.reason_class == "chosen-after-eviction" and ctx is not None and ctx.group is not None
+                and ctx.reservation is not None and not ctx.reservation.version):
+            result = self._reserve_for_preemption(pod, candidates, victims, snapshot, result)
+            ctx = result.context
         if ctx is not None:
             _decision_log("preempt", pod.ref, group=ctx.group.id if ctx.group else None, domain=ctx.domain,
                           outcome=result.outcome, kept=len(result.kept), dropped=len(result.dropped),
                           reason=ctx.reason)
         return result
+
+    def _reserve_for_preemption(self, pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[str, Pod],
+                                snapshot: Snapshot, result: preemption.PreemptOutcome) -> preemption.PreemptOutcome:
+        ctx = result.context
+        assert ctx is not None and ctx.group is not None and ctx.reservation is not None
+        res = replace(ctx.reservation, created_at=self.clock(), holder=self.holder)
+        after = preemption.without_victims(snapshot, candidates, victims, self.policy)
+        with self._choosing:
+            self._fly(res)
+        try:
+            stored = self._store(res, _Arbiter(self, res, ctx.group, ctx.demand, None, after))
+        except (DomainFull, DecisionError, StoreConflict) as exc:
+            why = f"could not reserve domain {res.domain} for group {res.namespace}/{res.group_name} before " \
+                  f"evicting pods ({exc}); nothing is evicted now, the scheduler retries"
+            log.info("%s", why)
+            return preemption.PreemptOutcome((), dict.fromkeys(candidates, why), replace(ctx, reason=why),
+                                             "none-kept", "reserve-failed")
+        finally:
+            self._land(res)
+        if stored.domain == res.domain:
+            return result
+        # Another replica reserved the group elsewhere first: preempt only inside that domain.
+        now = self.clock()
+        return preemption.preempt(pod, candidates, victims, self.snapshot(), self.policy,
+                                  _Lazy(lambda: self.promised(now)), now, self.holder)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         now = self.clock()
