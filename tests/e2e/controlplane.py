@@ -74,7 +74,7 @@ def build(log: IO[str] | None = None) -> tuple[Path, float]:
     partial = target.parent / f"{target.name}.partial"
     started = time.monotonic()
     proc = subprocess.run(
-        ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."],
+        ["go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", str(partial), "."],
         cwd=MODULE, capture_output=True, text=True, env={**os.environ, "CGO_ENABLED": "0"}, check=False)
     if proc.returncode != 0:
         raise ControlPlaneError(f"go build in {MODULE} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
