@@ -117,3 +117,11 @@ def test_a_malformed_slice_is_skipped_and_counted_and_the_others_still_count() -
     store.replace("ResourceSlice", [bad, _gpu_slice("a-01-gpus", "a-01", 4)])
     nodes = store.snapshot().nodes
     assert store.rejected == 1 and nodes["a-00"].gpus == 0 and nodes["a-01"].gpus == 4
+
+
+def test_a_node_whose_inventory_annotation_nests_too_deep_still_counts_its_gpus() -> None:
+    store = builders.store(builders.rack("a", A, 1))
+    odd = builders.node("odd", domain=A)
+    odd["metadata"]["annotations"]["imex-webhook.io/gpus"] = "[" * 100_000 + "]" * 100_000
+    store.apply("Node", "ADDED", odd)
+    assert store.snapshot().nodes["odd"].gpus == 4 and store.rejected == 0

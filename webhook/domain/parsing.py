@@ -146,7 +146,9 @@ def releasing_gpus(inventory: str | None) -> int:
         return 0
     try:
         doc = json.loads(inventory)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Deep nesting exhausts the decoder's recursion (seen with a hostile annotation on one node); an
+        # unreadable inventory withholds nothing, and must not stop the watch that carries the node.
         return 0
     gpus = doc.get("gpus") if isinstance(doc, dict) else None
     return sum(1 for g in gpus if isinstance(g, dict) and g.get("releasing") is True) if isinstance(gpus, list) else 0
