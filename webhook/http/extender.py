@@ -103,6 +103,12 @@ def filter_view() -> Response:
     try:
         svc.backend.note_pod(args.pod)
         result = svc.engine.filter(args.pod, args.candidates, args.node_view)
+    except DecisionError as exc:
+        # Not a bug: the group's reservation could not be stored (API server failing, every domain chosen
+        # taken by other replicas first). The Error becomes the pod's FailedScheduling message and the
+        # scheduler retries the pod after its backoff.
+        svc.metrics.decisions.labels("filter", "error", "reservation").inc()
+        return json_response(_filter_reply(args, [], {}, {}, str(exc)))
     except Exception as exc:  # our own fault: report it where the scheduler shows it
         return _internal_error("filter", exc, _filter_reply(args, [], {}, {}, _error_text(exc)))
     svc.metrics.decisions.labels("filter", result.outcome, result.reason_class).inc()
