@@ -10,6 +10,7 @@ import pytest
 
 from tests import builders
 from webhook.domain import filtering, keys, parsing, placement
+from webhook.domain.errors import DecisionError
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 
@@ -33,6 +34,13 @@ def test_a_pod_outside_any_group_passes_through_unchanged() -> None:
     out = _filter(objects, builders.pod("plain"))
     assert out.passed == ("a-00", "a-01", "a-02", "hgx") and not out.failed and not out.unresolvable
     assert out.outcome == "pass-through"
+
+
+def test_a_pod_whose_claim_template_the_cache_lacks_is_an_error_the_scheduler_retries_not_a_pass() -> None:
+    # The scheduler asks about a pod only once its claims exist: a missing template is our cache lagging,
+    # and passing every node could place an IMEX pod outside its group.
+    with pytest.raises(DecisionError, match="uses ResourceClaimTemplate late-channel, which imex-webhook's cache"):
+        _filter(builders.rack("a", A, 2), builders.pod("late-0", cd="late"))
 
 
 def test_clique_values_sharing_a_clique_number_are_different_domains() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from webhook.domain import capacity, grouping, placement
 from webhook.domain.capacity import Verdict
+from webhook.domain.errors import DecisionError
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
 
@@ -112,6 +113,13 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     """
     ctx = context(pod, snapshot, proposals, policy, now, holder, candidates)
     if ctx is None:
+        pending = grouping.unresolved_claims(pod, snapshot.catalog)
+        if pending:
+            # The scheduler asks about a pod only once its claims exist, so a template or claim missing here
+            # is our cache lagging the API server: passing every node could place an IMEX pod outside its
+            # group. An Error makes the scheduler retry after its backoff, by when the cache has it.
+            raise DecisionError(f"pod {pod.ref} uses {', '.join(pending)}, which imex-webhook's cache does not "
+                                "have yet; its group is resolved once it does (the scheduler retries)")
         return FilterOutcome(passed=tuple(candidates))
     nodes = node_view if node_view is not None else snapshot.nodes
     group = ctx.group
