@@ -1,6 +1,8 @@
 """``imex-webhook demo`` end to end (the README's first command): it starts the real TLS server with the
-simulated fabric and node agents, plays the scenario through /mutate, /filter, /prioritize and /bind,
-and its table shows the placements the demo cluster must produce; it exits 0 only if all are right."""
+simulated fabric and node agents, plays the scenario through /mutate and then kube-scheduler's emulated
+cycle (in-tree filters, /filter, /prioritize, /bind), and its table shows the placements the demo cluster
+must produce, and kube-scheduler's FailedScheduling text for the job that fits nowhere; it exits 0 only
+if all are right."""
 
 from __future__ import annotations
 
@@ -25,5 +27,11 @@ def test_the_demo_places_every_job_where_it_must_and_exits_zero(tmp_path: Path) 
     assert demo.clique_value("gb200-b") in rows["train-4"]
     assert "pcie-pool-1" in rows["fabric-3x2"] and " 4 " in rows["fabric-3x2"]
     assert "no domain can host 20 pods" in rows["train-20"]
+    nodes = len(demo.nodes())
+    assert f"0/{nodes} nodes are available: " in rows["train-20"]  # as kube-scheduler words it
+    # The in-tree filters kept the extender from nodes without the domain label (HGX) or a free channel.
+    assert "node(s) didn't match Pod's node affinity/selector" in rows["train-20"]
+    assert "cannot allocate all claims" in rows["train-20"]
+    assert "FailedScheduling train-20-0: " in result.stderr
     assert "/inspect" in result.stdout
     assert "scheduled 8/8" in result.stderr  # progress is shown

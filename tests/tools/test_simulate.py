@@ -57,6 +57,15 @@ def test_every_policy_reported_and_counts_add_up(result: tuple[Path, dict[str, A
         assert sum(k["submitted"] for k in m["by_kind"].values()) == SMALL.jobs
         assert 0.0 <= m["utilisation_useful"] <= m["utilisation_held"] + 1e-9 <= 1.0 + 1e-9, name
         assert m["pod_attempts"] >= m["completed"], name  # at least one attempt per pod of a started job
+        sizes = m["delay_by_size"]
+        assert set(sizes) == {label for label, *_ in workload.SIZE_CLASSES}
+        assert sum(c["submitted"] for c in sizes.values()) == SMALL.jobs, name
+        assert sum(c["started"] for c in sizes.values()) == m["queue_delay_minutes"]["started"], name
+        for label, c in sizes.items():
+            if c["started"]:
+                assert 0.0 <= c["wait_p50_minutes"] <= c["wait_p90_minutes"], (name, label)
+            else:
+                assert c["wait_p50_minutes"] is None and c["wait_p90_minutes"] is None, (name, label)
 
 
 def test_imex_webhook_never_splits_nor_strands_a_job(result: tuple[Path, dict[str, Any]]) -> None:
@@ -70,6 +79,30 @@ def test_imex_webhook_never_splits_nor_strands_a_job(result: tuple[Path, dict[st
     for other in ("default", "affinity-only"):
         assert metrics["policies"][other]["fabric_attaches"] == 0
         assert metrics["policies"][other]["by_kind"]["fabric"]["completed"] == 0
+
+
+def test_gang_tas_never_splits_nor_strands_a_job_but_cannot_attach(result: tuple[Path, dict[str, Any]]) -> None:
+    _, metrics = result
+    gang = metrics["policies"]["gang-tas"]
+    assert gang["split"] == 0 and gang["stuck"] == 0 and gang["stuck_gpu_hours_held"] == 0
+    assert gang["fabric_attaches"] == 0
+    assert gang["by_kind"]["fabric"]["completed"] == 0
+    assert gang["by_kind"]["nvlink"]["completed"] == gang["by_kind"]["nvlink"]["submitted"]
+
+
+def test_size_classes_cover_every_job_size_the_generator_makes() -> None:
+    sizes = {s for s, _ in workload.SIZE_WEIGHTS} | set(range(1, 5))
+    assert [workload.size_class(n) for n in (1, 2, 4, 5, 8, 9, 16, 17, 18)] == [
+        "1", "2-4", "2-4", "5-8", "5-8", "9-16", "9-16", "17+", "17+"]
+    assert {workload.size_class(n) for n in sizes} == {label for label, *_ in workload.SIZE_CLASSES}
+
+
+def test_report_shows_queueing_delay_per_job_size(result: tuple[Path, dict[str, Any]]) -> None:
+    out, metrics = result
+    report = (out / "report.md").read_text()
+    assert "| policy | 1 pods | 2-4 pods | 5-8 pods | 9-16 pods | 17+ pods |" in report
+    imex = metrics["policies"]["imex-webhook"]["delay_by_size"]["1"]
+    assert f"({imex['started']}/{imex['submitted']})" in report
 
 
 def test_baselines_show_the_problem(result: tuple[Path, dict[str, Any]]) -> None:
@@ -120,5 +153,7 @@ def test_cli_runs_and_rejects_unknown_policies(tmp_path: Path, capsys: pytest.Ca
                               "--policies", "imex-webhook,default", "--no-plots"])
     assert code == 0
     assert set(json.loads((tmp_path / "metrics.json").read_text())["policies"]) == {"imex-webhook", "default"}
+    printed = capsys.readouterr().out
+    assert "| imex-webhook |" in printed and "| 17+ pods |" in printed  # both tables are printed
     assert cli.simulate_main(["--out", str(tmp_path), "--policies", "magic"]) == 2
     assert "unknown policy" in capsys.readouterr().err

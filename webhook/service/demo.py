@@ -2,9 +2,12 @@
 
 Starts ``imex-webhook serve`` (embedded demo cluster, simulated fabric and node agents, TLS with fresh
 certificates) and plays the jobs of ``demo_scenario`` through the real HTTPS endpoints in the order
-kube-apiserver and kube-scheduler call them: ``/mutate`` for each pod CREATE, then for each pod
-``/filter``, ``/prioritize`` and ``/bind``. Shows progress, ends with a table of where every job went,
-and exits non-zero if anything did not happen as a correct service must make it happen.
+kube-apiserver and kube-scheduler call them: ``/mutate`` for each pod CREATE, then each pod goes through
+kube-scheduler's scheduling and binding cycle as the emulator in ``webhook.sim.cycle`` runs it (the
+dedicated profile of ``deploy.scheduler_config``, its in-tree filters, then ``/filter``, ``/prioritize``
+and ``/bind`` of the running service over TLS), so a pod that fits nowhere gets kube-scheduler's
+FailedScheduling text. Shows progress, ends with a table of where every job went, and exits non-zero if
+anything did not happen as a correct service must make it happen.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,8 +31,10 @@ import jsonpatch
 import requests
 
 from webhook.adapters import demo
-from webhook.service import demo_scenario
+from webhook.service import demo_scenario, deploy
 from webhook.service.demo_scenario import Job
+from webhook.sim import cycle
+from webhook.sim.cycle.scheduling import BIND_ERROR, BOUND, UNSCHEDULABLE
 
 
 @dataclass
@@ -77,27 +82,103 @@ def _admit(client: Client, job: Job, index: int) -> dict[str, Any]:
     return pod
 
 
-def _schedule(client: Client, pod: dict[str, Any], nodes: list[str], out: Outcome) -> None:
-    """kube-scheduler with the imex-scheduler profile: filter, prioritize, pick the best, bind."""
+class ServiceExtender:
+    """The emulated kube-scheduler's extender: the running service, over TLS, with the wire dicts
+    kube-scheduler sends; a reply other than 200 fails the call with kube-scheduler's text."""
+
+    def __init__(self, client: Client, config: cycle.ExtenderConfig) -> None:
+        self.client = client
+        self.config = config
+
+    def _call(self, verb: str, args: dict[str, Any]) -> Any:
+        reply = self.client.session.post(f"{self.client.url}/{verb}", json=args, timeout=60, verify=self.client.ca)
+        if reply.status_code != 200:
+            raise cycle.http_failure(self.config, verb, reply.status_code)
+        return reply.json()
+
+    def filter(self, args: dict[str, Any]) -> Any:
+        return self._call("filter", args)
+
+    def prioritize(self, args: dict[str, Any]) -> Any:
+        return self._call("prioritize", args)
+
+    def bind(self, args: dict[str, Any]) -> Any:
+        return self._call("bind", args)
+
+    def preempt(self, args: dict[str, Any]) -> Any:
+        return self._call("preempt", args)
+
+
+@dataclass
+class Scheduler:
+    """kube-scheduler with the dedicated profile, as the emulator runs it, and the cluster as it sees it."""
+
+    config: cycle.SchedulerConfig
+    cluster: cycle.ClusterState
+    extender: ServiceExtender
+
+
+def claims_of(pod: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The resource claim controller's part: a ResourceClaim ``<pod>-<claim>`` per template the pod names."""
     meta = pod["metadata"]
-    args = {"Pod": pod, "Nodes": None, "NodeNames": nodes}
+    claims, statuses = [], []
+    for item in pod["spec"].get("resourceClaims") or []:
+        template = item.get("resourceClaimTemplateName")
+        if not template:
+            continue
+        name = f"{meta['name']}-{item['name']}"
+        claims.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                       "metadata": {"name": name, "namespace": meta.get("namespace", demo.NAMESPACE),
+                                    "uid": demo.uid("claim", meta.get("namespace", demo.NAMESPACE), name)},
+                       "spec": demo_scenario.template_claim_spec(template)})
+        statuses.append({"name": item["name"], "resourceClaimName": name})
+    if statuses:
+        pod = {**pod, "status": {**(pod.get("status") or {}), "resourceClaimStatuses": statuses}}
+    return pod, claims
+
+
+def scheduler(client: Client) -> Scheduler:
+    """The dedicated profile (the demo serves with a fabric) and the demo cluster as kube-scheduler sees it."""
+    config = cycle.parse_config(deploy.scheduler_config(fabric=True))
+    running, claims = [], []
+    for obj in demo.objects():
+        if obj["kind"] != "Pod":
+            continue
+        pod, made = claims_of(obj)
+        for claim in made:  # a running pod's channel: allocated on its node, reserved for it
+            claim["status"] = {"allocation": demo_scenario.channel_allocation(pod["spec"]["nodeName"]),
+                               "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"],
+                                                "uid": pod["metadata"]["uid"]}]}
+        running.append(pod)
+        claims += made
+    cluster = cycle.parse_cluster(demo_scenario.labelled_nodes(), running, claims=claims,
+                                  slices=demo_scenario.channel_slices(),
+                                  device_classes=[demo_scenario.channel_device_class()])
+    return Scheduler(config, cluster, ServiceExtender(client, config.extenders[0]))
+
+
+def _schedule(sched: Scheduler, pod: dict[str, Any], out: Outcome) -> None:
+    """One pod through kube-scheduler's scheduling and binding cycles (emulated), the service behind."""
+    pod, claims = claims_of(pod)
+    if claims:
+        made = cycle.parse_cluster((), claims=claims).claims
+        sched.cluster = replace(sched.cluster, claims=(*sched.cluster.claims, *made))
+    name = pod["metadata"]["name"]
     for attempt in range(20):  # a pending fabric attach answers bind with an Error; the scheduler retries
-        result = client.post("/filter", args)
-        if result["Error"]:
-            raise RuntimeError(f"filter error for {meta['name']}: {result['Error']}")
-        if not result["NodeNames"]:
-            reasons = {**result["FailedNodes"], **result["FailedAndUnresolvableNodes"]}
-            out.reason = sorted(set(reasons.values()))[0] if reasons else "no node passed"
+        result = cycle.schedule_one(sched.config, sched.cluster, pod, sched.extender)
+        sched.cluster = result.cluster
+        if result.outcome == BOUND:
+            assert result.node is not None
+            out.nodes.append(result.node)
             return
-        scores = {s["Host"]: s["Score"] for s in client.post("/prioritize", args)}
-        best = max(result["NodeNames"], key=lambda n: (scores.get(n, 0), -result["NodeNames"].index(n)))
-        bound = client.post("/bind", {"PodName": meta["name"], "PodNamespace": demo.NAMESPACE,
-                                      "PodUID": meta["uid"], "Node": best})
-        if not bound["Error"]:
-            out.nodes.append(best)
+        if result.outcome == UNSCHEDULABLE:
+            out.reason = result.event
             return
-        if "retries" not in bound["Error"] or attempt == 19:
-            raise RuntimeError(f"bind of {meta['name']} to {best}: {bound['Error']}")
+        if result.outcome != BIND_ERROR:  # an extender error aborted the cycle (or the pod was never tried)
+            raise RuntimeError(f"scheduling {name}: {result.outcome}: {result.message}")
+        if "retries" not in result.message or attempt == 19:
+            raise RuntimeError(f"bind of {name} to {result.node}: {result.message}")
+        pod = dict(result.pod_raw)
         time.sleep(0.2)
 
 
@@ -125,7 +206,7 @@ def _check(out: Outcome, inspect: dict[str, Any]) -> None:
 
 
 def run(client: Client, stream: TextIO) -> list[Outcome]:
-    nodes = sorted(n["metadata"]["name"] for n in demo.nodes())
+    sched = scheduler(client)
     outcomes = []
     for job in demo_scenario.JOBS:
         print(f"==> {job.name}: {job.what}", file=stream, flush=True)
@@ -133,9 +214,9 @@ def run(client: Client, stream: TextIO) -> list[Outcome]:
         pods = [_admit(client, job, i) for i in range(job.pods)]
         print(f"    admitted {len(pods)} pods (scheduler {pods[0]['spec'].get('schedulerName')})", file=stream)
         for i, pod in enumerate(pods, 1):
-            _schedule(client, pod, nodes, out)
+            _schedule(sched, pod, out)
             if out.reason:
-                print(f"    unschedulable: {out.reason}", file=stream, flush=True)
+                print(f"\n    FailedScheduling {pod['metadata']['name']}: {out.reason}", file=stream, flush=True)
                 break
             print(f"\r    scheduled {i}/{len(pods)}", end="", file=stream, flush=True)
         print("", file=stream)

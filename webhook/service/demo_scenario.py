@@ -1,9 +1,17 @@
-"""The jobs ``imex-webhook demo`` submits, and what a correct service must do with each.
+"""The jobs ``imex-webhook demo`` submits, what a correct service must do with each, and the cluster as
+kube-scheduler sees it.
 
 Written against the built-in demo cluster (webhook/adapters/demo.py) and the built-in fabric inventory:
 three cliques sharing clique number 32766 (A: 18 trays, two held by a running ComputeDomain; B: 18
 trays, two busy; C: 9 trays), four HGX nodes without a clique, and a PCIe pool of four nodes with one
 local GPU and four fabric slots each.
+
+What the scheduler sees beyond ``demo.objects()``, as a cluster with the NVIDIA DRA driver and the
+service would show it: every node of a domain carries ``imex-webhook.io/domain``, the label the
+admission webhook's pod affinity and node requirement use (written by the service's node domain
+labeller), and every GB200 tray publishes one IMEX channel (ResourceSlice of
+``compute-domain.nvidia.com``; HGX and PCIe nodes have no NVLink, so no channel) of the DeviceClass the
+ComputeDomain's claim template names.
 """
 
 from __future__ import annotations
@@ -12,7 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.adapters import demo
-from webhook.domain import keys
+from webhook.domain import keys, node_labels
+from webhook.domain.policy import Policy
+
+CD_DRIVER = "compute-domain.nvidia.com"
 
 
 @dataclass(frozen=True)
@@ -82,3 +93,60 @@ def admission_review(uid: str, obj: dict[str, Any]) -> dict[str, Any]:
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
     }
+
+
+def labelled_nodes() -> list[dict[str, Any]]:
+    """The demo's nodes with ``imex-webhook.io/domain`` (the key the admission webhook's pod affinity and
+    node requirement use) as the service's node domain labeller writes it (``node_labels.state_of``)."""
+    policy = Policy()
+    out = []
+    for node in demo.nodes():
+        state = node_labels.state_of(node, policy)
+        labels = node["metadata"]["labels"]
+        if state.value is None:
+            labels.pop(node_labels.DOMAIN_LABEL, None)
+        else:
+            labels[node_labels.DOMAIN_LABEL] = state.value
+        out.append(node)
+    return out
+
+
+def _has_nvlink(node: dict[str, Any]) -> bool:
+    return keys.CLIQUE_LABEL in node["metadata"]["labels"]
+
+
+def channel_slices() -> list[dict[str, Any]]:
+    """One IMEX channel per GB200 tray, as the ComputeDomain kubelet plugin publishes it."""
+    return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+             "metadata": {"name": f"{n['metadata']['name']}-{CD_DRIVER}"},
+             "spec": {"driver": CD_DRIVER, "nodeName": n["metadata"]["name"],
+                      "pool": {"name": n["metadata"]["name"], "generation": 1, "resourceSliceCount": 1},
+                      "devices": [{"name": "channel-0", "attributes": {"type": {"string": "channel"},
+                                                                       "id": {"int": 0}}}]}}
+            for n in demo.nodes() if _has_nvlink(n)]
+
+
+def channel_device_class() -> dict[str, Any]:
+    """The DeviceClass a ComputeDomain's channel template asks for."""
+    expression = (f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel' "
+                  f"&& device.attributes['{CD_DRIVER}'].id == 0")
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+
+
+def template_claim_spec(template: str) -> dict[str, Any]:
+    """The claim spec of the demo cluster's ResourceClaimTemplate ``template``."""
+    for obj in demo.objects():
+        if obj["kind"] == "ResourceClaimTemplate" and obj["metadata"]["name"] == template:
+            spec: dict[str, Any] = obj["spec"]["spec"]
+            return spec
+    raise KeyError(f"no ResourceClaimTemplate {template} in the demo cluster")
+
+
+def channel_allocation(node: str) -> dict[str, Any]:
+    """A claim's ``status.allocation`` holding ``node``'s IMEX channel."""
+    return {"devices": {"results": [{"request": "channel", "driver": CD_DRIVER, "pool": node,
+                                     "device": "channel-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}

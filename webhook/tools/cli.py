@@ -74,10 +74,12 @@ def simulate_parser() -> argparse.ArgumentParser:
     d = workload.Params()
     p = argparse.ArgumentParser(
         prog="imex-webhook simulate",
-        description="Discrete-event simulation of a large GPU cluster under three placement policies fed the "
-                    "same job stream: imex-webhook (the service's own engine), default (least-allocated, no "
-                    "domain awareness) and affinity-only (required pod affinity on the clique label). Writes "
-                    "report.md, metrics.json and PNG plots to --out.")
+        description="Discrete-event simulation of a large GPU cluster under four placement policies fed the "
+                    "same job stream: imex-webhook (the service's own engine behind kube-scheduler's emulated "
+                    "scheduling cycle), default (least-allocated, no domain awareness), affinity-only (required "
+                    "pod affinity on the clique label) and gang-tas (Kueue Topology-Aware Scheduling: a job "
+                    "starts only when one domain has room for all its pods). Writes report.md, metrics.json "
+                    "and PNG plots to --out and prints the tables, with queueing delay per job size.")
     p.add_argument("--out", type=Path, default=Path("simulation"), help="output directory (default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed of the job stream (default %(default)s)")
     p.add_argument("--cliques", type=int, default=d.cliques, help="NVL72 cliques of 18 x 4 GPUs (default %(default)s)")
@@ -96,7 +98,7 @@ def simulate_parser() -> argparse.ArgumentParser:
 
 
 def simulate_main(argv: Sequence[str] | None = None) -> int:
-    from webhook.tools import simulate, workload
+    from webhook.tools import sim_report, simulate, workload
 
     ns = simulate_parser().parse_args(argv)
     policies = tuple(p.strip() for p in ns.policies.split(",") if p.strip())
@@ -111,7 +113,9 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
         return 2
     params = workload.Params(seed=ns.seed, cliques=ns.cliques, jobs=ns.jobs, load=ns.load,
                              fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout)
-    simulate.run(params, policies, ns.out, plots=not ns.no_plots)
+    result = simulate.run(params, policies, ns.out, plots=not ns.no_plots)
+    print(sim_report.tables(result), end="")
+    print(f"Report: {ns.out / 'report.md'}")
     return 0
 
 

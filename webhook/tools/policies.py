@@ -1,10 +1,16 @@
-"""The three placement policies ``imex-webhook simulate`` compares, one pod per call.
+"""The four placement policies ``imex-webhook simulate`` compares, one pod per call.
 
-- ``ImexPolicy`` is the service itself: the engine's ``filter``, ``prioritize`` and ``bind`` over a
-  ``ClusterStore`` fed with the simulated cluster's objects, an in-memory binder and an attacher that
-  composes fabric GPUs in the simulated pools. Nothing of the decision is re-implemented here; the
-  candidate list is what kube-scheduler's in-tree filters would pass on (enough free GPUs, or a
-  composable node, and a free IMEX channel for ComputeDomain pods).
+- ``ImexPolicy`` is the service itself behind kube-scheduler: each pod goes through the emulated
+  scheduling and binding cycle (``simcycle``: the in-tree filters of the profile its
+  ``spec.schedulerName`` names, then the extender's filter, prioritize and bind), and the extender is
+  the engine over a ``ClusterStore`` fed with the simulated cluster's objects, with an in-memory binder
+  and an attacher that composes fabric GPUs in the simulated pools. Group pods use the dedicated profile
+  (``deploy.scheduler_config``); plain pods, which admission leaves alone, kube-scheduler's default one.
+  Nothing of the decision is re-implemented here.
+- ``GangTasPolicy`` is Kueue's Topology-Aware Scheduling with a required topology on the domain, the
+  strongest peer: a job is admitted only when one domain (an NVLink clique; a fabric zone too for jobs
+  without a ComputeDomain, on its local GPUs: nothing attaches fabric GPUs) has room for all its pods
+  now, and then all of them go there, best fit; otherwise the whole job waits. Never split, never stuck.
 - ``DefaultPolicy`` is kube-scheduler without us: each pod goes to the fitting node with the most free
   GPUs (least allocated), ties broken at random as the scheduler does; no fabric attach exists.
 - ``AffinityPolicy`` adds the required pod affinity on the clique label that NVIDIA's documentation
@@ -15,15 +21,18 @@
 from __future__ import annotations
 
 import random
-from typing import Protocol
+from collections import defaultdict
+from typing import Any, Protocol
 
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy as EnginePolicy
+from webhook.service import deploy
+from webhook.sim.cycle.model import Pod as CyclePod
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 from webhook.state.reservations import MemoryReservationStore
-from webhook.tools.simcluster import SimCluster, job_objects
+from webhook.tools import simcycle
+from webhook.tools.simcluster import SimCluster, channel_device_class, job_objects
 from webhook.tools.workload import Job
 
 
@@ -95,6 +104,68 @@ class AffinityPolicy(DefaultPolicy):
         return nodes
 
 
+class GangTasPolicy(DefaultPolicy):
+    """Kueue's Topology-Aware Scheduling with a required topology on the domain: a job is admitted only
+    when one domain has room for all its pods now, and then all of them are placed there at once."""
+
+    name = "gang-tas"
+
+    def __init__(self, cluster: SimCluster, seed: int) -> None:
+        super().__init__(cluster, seed)
+        self.plans: dict[int, list[int]] = {}
+
+    def usable(self, job: Job, node: int) -> int:
+        """How many of the job's pods the node can take now: its free GPUs (no fabric attach), one pod per
+        node with a free IMEX channel for ComputeDomain pods, and no composable node for them (no NVLink)."""
+        c = self.cluster
+        if job.kind == "nvlink" and c.zones[node] is not None:
+            return 0
+        fits = c.free_local(node) // job.gpus if job.gpus else job.pods
+        if _group(job) is not None:
+            return min(fits, 1) if c.channel[node] is None else 0
+        return fits
+
+    def plan(self, job: Job) -> list[int] | None:
+        """The nodes of the best-fitting domain for every pod, or None when no domain has room for all.
+
+        Best fit: the domain with the fewest usable GPUs left over once the job is in (ties: domain
+        name); inside it, the nodes with the fewest free GPUs first (ties: node name)."""
+        c = self.cluster
+        rooms: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
+        for n, domain in enumerate(c.domains):
+            k = self.usable(job, n)
+            if k > 0:
+                rooms[domain].append((c.free_local(n), c.names[n], n, k))
+        fitting = []
+        for domain, nodes in rooms.items():
+            if sum(k for *_, k in nodes) >= job.pods:
+                fitting.append((sum(free for free, *_ in nodes) - job.gpu_demand, domain))
+        if not fitting:
+            return None
+        _, domain = min(fitting)
+        placement: list[int] = []
+        for _, _, n, k in sorted(rooms[domain]):
+            placement += [n] * min(k, job.pods - len(placement))
+        return placement
+
+    def place(self, job: Job, pod: int, now: float) -> int | None:
+        plan = self.plans.get(job.index)
+        if plan is None:
+            plan = self.plan(job)
+            if plan is None:
+                return None  # the whole job waits: no partial admission
+            self.plans[job.index] = plan
+        node = plan[pod]
+        self.cluster.bind((job.index, pod), node, job.gpus, _group(job))
+        if pod == job.pods - 1:
+            del self.plans[job.index]
+        return node
+
+    def release(self, job: Job, now: float) -> None:
+        self.plans.pop(job.index, None)
+        super().release(job, now)
+
+
 class _SimBinder:
     """The engine's Binder: record the binding in the store and in the simulated cluster."""
 
@@ -135,54 +206,59 @@ class ImexPolicy:
         policy = EnginePolicy()
         self.store = ClusterStore(policy)
         self.node_index = cluster.index
-        self.store.replace("Node", [cluster.node_object(n) for n in range(len(cluster.names))])
+        nodes = [cluster.node_object(n) for n in range(len(cluster.names))]
+        self.store.replace("Node", nodes)
         for kind in ("Pod", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job"):
             self.store.replace(kind, [])
         self.store.set_fabric_free(cluster.zone_free)
         self.engine = Engine(self.store, MemoryReservationStore(), _SimBinder(self), policy,
                              attacher=_SimAttacher(self), holder="simulator", clock=lambda: self.now)
+        fabric = cluster.params.fabric_zones > 0
+        configs = simcycle.profiles(deploy.scheduler_config(fabric=fabric), simcycle.DEFAULT_PROFILE)
+        self.cycle = simcycle.Cycle(configs, nodes, simcycle.EngineExtender(self.engine), random.Random(seed),
+                                    slices=cluster.channel_slices(), device_classes=[channel_device_class()],
+                                    default_binder=self._default_bind)
+        self.pods: dict[tuple[int, int], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self.pending_pod: tuple[Job, int] = (Job(-1, "", "plain", 0, 0, 0.0, 0.0), 0)
         self.attached_now = 0
 
     def refresh_nodes(self, nodes: list[int]) -> None:
         for n in sorted(set(nodes)):
-            self.store.apply("Node", "MODIFIED", self.cluster.node_object(n))
+            obj = self.cluster.node_object(n)
+            self.store.apply("Node", "MODIFIED", obj)
+            self.cycle.update_node(obj)
         self.store.set_fabric_free(self.cluster.zone_free)
 
     def submit(self, job: Job, now: float) -> None:
         self.now = now
-        for obj in job_objects(job):
+        objects = job_objects(job)
+        templates = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
+        for obj in objects:
             self.store.apply(obj["kind"], "ADDED", obj)
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        for i, pod in enumerate(pods):
+            self.pods[(job.index, i)] = simcycle.instantiate(pod, templates)
 
-    def candidates(self, job: Job) -> list[str]:
-        """What kube-scheduler's in-tree filters pass to the extender: nodes with the GPUs free, or
-        composable nodes for group pods (only a group's bind attaches fabric GPUs), and a free IMEX
-        channel for ComputeDomain pods."""
-        names = self.cluster.names
-        return [names[n] for n in self.cluster.fitting(job.gpus, _group(job) is not None, fabric=job.grouped)]
+    def _default_bind(self, pod: CyclePod, node: str) -> None:
+        """kube-scheduler's default binder (pods of the default profile): the API server records the
+        binding, and the service's cache sees it through its watch."""
+        job, index = self.pending_pod
+        self.cluster.bind((job.index, index), self.node_index[node], job.gpus, _group(job))
+        self.store.bind_locally(pod.namespace, pod.name, node)
 
     def place(self, job: Job, pod: int, now: float) -> int | None:
         self.now = now
-        p = self.store.pod(job.name, f"{job.name}-{pod}")
-        if p is None:
-            raise AssertionError(f"pod {job.name}-{pod} is not in the store")
-        passed = self.engine.filter(p, self.candidates(job)).passed
-        if not passed:
-            return None
-        scores = self.engine.prioritize(p, passed)
-        free = self.cluster.free_local
-        # Extender score first (its weight dominates the profile), then least allocated, then name.
-        host = max(scores, key=lambda hs: (hs[1], free(self.node_index[hs[0]]), hs[0]))[0]
+        raw, claims = self.pods[(job.index, pod)]
         self.pending_pod, self.attached_now = (job, pod), 0
-        try:
-            self.engine.bind(p.namespace, p.name, p.uid, host)
-        except DecisionError:
-            return None
-        return self.node_index[host]
+        result = self.cycle.schedule_one(raw, claims)
+        return None if result.node is None else self.node_index[result.node]
 
     def release(self, job: Job, now: float) -> None:
         self.now = now
         touched = self.cluster.release(job)
+        self.cycle.release([f"{job.name}/{job.name}-{i}" for i in range(job.pods)])
+        for i in range(job.pods):
+            self.pods.pop((job.index, i), None)
         for obj in reversed(job_objects(job)):
             self.store.apply(obj["kind"], "DELETED", obj)
         if any(self.cluster.zones[n] for n in touched):
@@ -195,6 +271,7 @@ class ImexPolicy:
 
 def make(name: str, cluster: SimCluster, seed: int) -> Placer:
     kinds: dict[str, type[DefaultPolicy] | type[ImexPolicy]] = {
-        "imex-webhook": ImexPolicy, "default": DefaultPolicy, "affinity-only": AffinityPolicy}
+        "imex-webhook": ImexPolicy, "default": DefaultPolicy, "affinity-only": AffinityPolicy,
+        "gang-tas": GangTasPolicy}
     placer: Placer = kinds[name](cluster, seed)
     return placer

@@ -4,8 +4,10 @@ The metrics are defined so that they add up and can be checked: every submitted 
 completed, stuck or pending at the end; split jobs are a subset of the completed ones. Utilisation is
 time-weighted over the arrival window (first to last arrival), where the offered load is steady, not
 over the drain at the end: *useful* counts GPUs of jobs running whole inside one domain, *held* every
-GPU bound to a pod (including partial placements and split jobs). Fields whose name starts with
-``decision_`` or ends in ``wall_seconds`` are wall-clock timings; everything else is deterministic.
+GPU bound to a pod (including partial placements and split jobs). Queueing delay is also given per
+job-size class (``workload.SIZE_CLASSES``: median and p90 over the jobs that started, with how many did).
+Fields whose name starts with ``decision_`` or ends in ``wall_seconds`` are wall-clock timings;
+everything else is deterministic.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from webhook.tools.loadgen import percentile
 from webhook.tools.workload import Job, Params
 
 if TYPE_CHECKING:
-    from webhook.tools.simulate import Outcome
+    from webhook.tools.simulate import JobState, Outcome
 
 TIMING_KEYS = ("decision_time_us", "wall_seconds")
 
@@ -37,6 +39,20 @@ def _weighted(timeline: list[tuple[float, int, int]], start: float, end: float, 
         if b > a:
             total += (b - a) * v0[column - 1]
     return total / (end - start)
+
+
+def delay_by_size(jobs: list[Job], states: list[JobState]) -> dict[str, dict[str, Any]]:
+    """Per job-size class (``workload.SIZE_CLASSES``): jobs submitted and started, and the median and p90
+    wait in minutes from arrival until the whole job runs, over the jobs that started (``None``: none did;
+    jobs that never ran are not in the percentiles, so read them with the started count)."""
+    out: dict[str, dict[str, Any]] = {}
+    for label, *_ in workload.SIZE_CLASSES:
+        pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if workload.size_class(j.pods) == label]
+        waits = [(s.started - j.arrival) / 60 for j, s in pairs if s.started is not None]
+        out[label] = {"submitted": len(pairs), "started": len(waits),
+                      "wait_p50_minutes": percentile(waits, 50) if waits else None,
+                      "wait_p90_minutes": percentile(waits, 90) if waits else None}
+    return out
 
 
 def metrics(o: Outcome) -> dict[str, Any]:
@@ -66,6 +82,7 @@ def metrics(o: Outcome) -> dict[str, Any]:
         "utilisation_held": _weighted(o.timeline, *window, column=1) / gpus,
         "queue_delay_minutes": {"p50": percentile(delays, 50), "p99": percentile(delays, 99),
                                 "mean": sum(delays) / len(delays) if delays else 0.0, "started": len(delays)},
+        "delay_by_size": delay_by_size(jobs, states),
         "fabric_attaches": o.attaches, "fabric_gpus_attached": o.attached_gpus,
         "pod_attempts": len(o.decisions),
         "decision_time_us": {"mean": sum(decisions_us) / len(decisions_us) if decisions_us else 0.0,
@@ -112,9 +129,45 @@ def _plots(out: Path, outcomes: list[Outcome], gpus: int) -> list[str]:
     return ["utilisation.png", "delay.png"]
 
 
-def _md(params: Params, stream: dict[str, Any], rows: list[dict[str, Any]], plots: list[str]) -> str:
+def summary_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The policies side by side (markdown table lines)."""
     head = ("| policy | submitted | completed | split (broken) | stuck partial | pending at end | useful util "
             "| held util | delay p50 min | delay p99 min | fabric attaches | decision us/pod (p50/p99) |")
+    lines = [head, "|---" * 12 + "|"]
+    for r in rows:
+        d, t = r["queue_delay_minutes"], r["decision_time_us"]
+        lines.append(f"| {r['policy']} | {r['submitted']} | {r['completed']} | {r['split']} | {r['stuck']} "
+                     f"| {r['pending']} | {r['utilisation_useful']:.1%} | {r['utilisation_held']:.1%} "
+                     f"| {d['p50']:.1f} | {d['p99']:.1f} | {r['fabric_attaches']} | {t['p50']:.0f} / {t['p99']:.0f} |")
+    return lines
+
+
+def _minutes(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def size_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Queueing delay per job-size class (markdown table lines): p50 / p90 minutes (started of submitted)."""
+    labels = [label for label, *_ in workload.SIZE_CLASSES]
+    lines = ["| policy | " + " | ".join(f"{label} pods" for label in labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for r in rows:
+        cells = [f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} "
+                 f"({c['started']}/{c['submitted']})" for c in (r["delay_by_size"][label] for label in labels)]
+        lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+SIZE_NOTE = ("Queueing delay by job size (pods per job): median / p90 minutes from arrival until the whole job "
+             "runs, over the jobs that started (started/submitted in brackets).")
+
+
+def tables(result: dict[str, Any]) -> str:
+    """What ``imex-webhook simulate`` prints: both tables, from ``write``'s result."""
+    rows = list(result["policies"].values())
+    return "\n".join([*summary_table(rows), "", SIZE_NOTE, "", *size_table(rows)]) + "\n"
+
+
+def _md(params: Params, stream: dict[str, Any], rows: list[dict[str, Any]], plots: list[str]) -> str:
     lines = ["# imex-webhook simulate", "",
              f"Seed {params.seed}; {params.cliques} NVLink cliques of {params.clique_nodes} nodes x "
              f"{params.gpus_per_node} GPUs, {params.fabric_zones} fabric zones of {params.fabric_nodes} nodes "
@@ -122,12 +175,8 @@ def _md(params: Params, stream: dict[str, Any], rows: list[dict[str, Any]], plot
              f"{params.total_gpus} GPUs. {stream['jobs']} jobs ({stream['by_kind']}) over "
              f"{stream['arrival_span_hours']:.1f} h, offered load {params.load:.0%} of the clique GPUs, median run "
              f"{stream['median_runtime_hours']:.2f} h; stuck after {params.stuck_timeout / 60:.0f} min partly placed.",
-             "", head, "|---" * 12 + "|"]
-    for r in rows:
-        d, t = r["queue_delay_minutes"], r["decision_time_us"]
-        lines.append(f"| {r['policy']} | {r['submitted']} | {r['completed']} | {r['split']} | {r['stuck']} "
-                     f"| {r['pending']} | {r['utilisation_useful']:.1%} | {r['utilisation_held']:.1%} "
-                     f"| {d['p50']:.1f} | {d['p99']:.1f} | {r['fabric_attaches']} | {t['p50']:.0f} / {t['p99']:.0f} |")
+             "", *summary_table(rows)]
+    lines += ["", SIZE_NOTE, "", *size_table(rows)]
     lines += ["", "By kind (completed / split / stuck / pending of submitted; queueing delay p50 / p99 minutes):", ""]
     for r in rows:
         parts = [f"{k} {v['completed']}/{v['split']}/{v['stuck']}/{v['pending']} of {v['submitted']} "

@@ -3,8 +3,10 @@
 Every policy places pods through ``bind`` here, which re-checks the physics (free GPUs, the DRA
 driver's one ComputeDomain channel per node, fabric slots and pool), so a policy that decides wrongly
 fails loudly instead of producing flattering numbers. The imex-webhook policy additionally mirrors
-every change into the service's ``ClusterStore`` as the watch caches would; ``node_object`` renders a
-node as the API server would show it (allocatable grows while fabric GPUs are attached).
+every change into the service's ``ClusterStore`` as the watch caches would, and into the emulated
+scheduler's view (``simcycle``); ``node_object`` renders a node as the API server would show it
+(allocatable grows while fabric GPUs are attached), ``channel_slices`` the IMEX channels the NVIDIA DRA
+driver publishes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,18 @@ from webhook.domain import keys
 from webhook.tools.workload import Job, Params
 
 PodKey = tuple[int, int]  # (job index, pod index)
+CD_DRIVER = "compute-domain.nvidia.com"
+# What a GB200 tray's kubelet reports besides GPUs; the simulated pods request no CPU or memory.
+NODE_CPU, NODE_MEMORY, NODE_PODS = "140", "860Gi", "110"
+
+
+def channel_device_class() -> dict[str, Any]:
+    """The DeviceClass of a ComputeDomain's workload channel, as the NVIDIA DRA driver installs it."""
+    expression = (f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel' "
+                  f"&& device.attributes['{CD_DRIVER}'].id == 0")
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}}
 
 
 @dataclass
@@ -150,9 +164,21 @@ class SimCluster:
             labels[keys.FABRIC_ZONE_LABEL] = zone
             annotations[keys.FABRIC_SLOTS_ANNOTATION] = str(self.slots[node] - self.attached[node])
         gpus = self.base_gpus[node] + self.attached[node]
+        allocatable = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_PODS, keys.GPU_RESOURCE: str(gpus)}
         return {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": labels, "annotations": annotations},
-                "spec": {}, "status": {"allocatable": {keys.GPU_RESOURCE: str(gpus)}}}
+                "spec": {}, "status": {"allocatable": allocatable, "capacity": dict(allocatable)}}
+
+    def channel_slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices the ComputeDomain DRA driver publishes: one IMEX channel per node (every
+        node, as ``channel_free`` allows a ComputeDomain pod on every node)."""
+        return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                 "metadata": {"name": f"{name}-{CD_DRIVER}"},
+                 "spec": {"driver": CD_DRIVER, "nodeName": name,
+                          "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                          "devices": [{"name": "channel-0",
+                                       "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}]}}
+                for name in self.names]
 
     def domains_of(self, job: Job) -> set[str]:
         return {self.domains[b.node] for i in range(job.pods) if (b := self.pods.get((job.index, i)))}
@@ -160,8 +186,10 @@ class SimCluster:
 
 def job_objects(job: Job) -> list[dict[str, Any]]:
     """The Kubernetes objects a job consists of, in its own namespace: a ComputeDomain and its channel
-    template for nvlink jobs, and the pods (group-size annotation for fabric groups)."""
+    template for nvlink jobs, and the pods (group-size annotation for fabric groups). Group pods carry
+    ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default."""
     from webhook.adapters import demo
+    from webhook.domain.policy import Policy
 
     ns = job.name
     out: list[dict[str, Any]] = []
@@ -175,5 +203,7 @@ def job_objects(job: Job) -> list[dict[str, Any]]:
             if job.kind == "fabric" else None
         pod = demo.pod(f"{job.name}-{i}", job.name if job.kind == "nvlink" else None, job.gpus,
                        annotations=annotations, namespace=ns)
+        if job.grouped:
+            pod["spec"]["schedulerName"] = Policy().scheduler_name
         out.append(pod)
     return out

@@ -2,8 +2,10 @@
 
 The scheduler is modelled as kube-scheduler behaves towards extender-filtered pods:
 - pods are scheduled one at a time from a FIFO queue (a job's pods are created together, in order);
-- a pod that does not fit waits; every cluster event (a job ending, a job torn down, a reservation
-  released) puts every waiting pod back in the queue, since extenders have no queueing hints;
+- a pod that does not fit waits; every cluster event that frees capacity (a job ending, a job torn
+  down, a reservation released) puts every waiting pod back in the queue, since extenders have no
+  queueing hints; an arrival alone brings only the new job's pods (the waiting ones failed on a
+  cluster that has only filled up since, so they would fail again: skipping them changes no outcome);
 - a job runs only once all its pods are placed (gang by waiting); placed pods of a waiting job hold
   their GPUs meanwhile, which is what a partial placement costs;
 - a job partly placed for ``stuck_timeout`` seconds counts as *stuck*: it is torn down (its pods are
@@ -18,12 +20,14 @@ during a pass, so that attempt would fail too (this saves time without changing 
 
 from __future__ import annotations
 
+import gc
 import heapq
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webhook.tools import policies, sim_report, workload
 from webhook.tools.simcluster import SimCluster
@@ -77,6 +81,7 @@ class Simulation:
         self.pending: list[int] = []  # FIFO of jobs with pods still to place
         self.useful = 0
         self.ticks: set[float] = set()
+        self.arrived: set[int] = set()  # jobs not tried yet
         for job in jobs:
             self._push(job.arrival, ARRIVE, job.index)
 
@@ -108,6 +113,7 @@ class Simulation:
         if kind == ARRIVE:
             self.placer.submit(job, now)
             self.pending.append(index)
+            self.arrived.add(index)
             return True
         if kind == FINISH:
             st.outcome, st.ended = "completed", now
@@ -123,11 +129,15 @@ class Simulation:
         self._release(job, now)
         return True
 
-    def schedule(self, now: float) -> None:
-        """One pass over the waiting jobs, FIFO, each job's pods in order until one does not fit."""
+    def schedule(self, now: float, everyone: bool = True) -> None:
+        """One pass over the waiting jobs, FIFO, each job's pods in order until one does not fit; only over
+        the jobs that arrived since the last pass unless ``everyone`` (something was freed)."""
         failed: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        fresh, self.arrived = self.arrived, set()
         for index in list(self.pending):
             job, st = self.jobs[index], self.states[index]
+            if not everyone and index not in fresh:
+                continue
             if st.placed_count == 0 and any(g <= job.gpus and n <= job.pods for g, n in failed[job.kind]):
                 continue
             for pod, node in enumerate(st.placed):
@@ -153,16 +163,28 @@ class Simulation:
                 self._push(now + job.runtime, FINISH, index)
 
     def run(self, progress: bool = True) -> Outcome:
+        # The cluster, the service's caches and the scheduler's view are built and live for the whole run:
+        # keep them out of the collector's full scans (as ``serve`` does with its loaded caches).
+        gc.collect()
+        gc.freeze()
+        try:
+            return self._run(progress)
+        finally:
+            gc.unfreeze()
+
+    def _run(self, progress: bool) -> Outcome:
         begin = time.monotonic()
         shown = 0.0
         while self.events:
             now = self.events[0][0]
-            changed = False
+            changed = freed = False
             while self.events and self.events[0][0] == now:
                 _, _, _, kind, index = heapq.heappop(self.events)
-                changed = self.handle(kind, index, now) or changed
+                event_changed = self.handle(kind, index, now)
+                changed = changed or event_changed
+                freed = freed or (event_changed and kind != ARRIVE)
             if changed and self.pending:
-                self.schedule(now)
+                self.schedule(now, everyone=freed)
             self.out.timeline.append((now, self.cluster.held_gpus(), self.useful))
             if progress and time.monotonic() - shown > 1.0:
                 shown = time.monotonic()
@@ -183,7 +205,7 @@ class Simulation:
 
 
 def run(params: Params, policy_names: tuple[str, ...], out: Path, plots: bool = True,
-        progress: bool = True) -> dict[str, object]:
+        progress: bool = True) -> dict[str, Any]:
     """Simulate every policy on the same stream and write report.md, metrics.json and the plots."""
     jobs = workload.generate(params)
     if progress:

@@ -19,7 +19,7 @@ import math
 import random
 from dataclasses import dataclass
 
-POLICIES = ("imex-webhook", "default", "affinity-only")
+POLICIES = ("imex-webhook", "default", "affinity-only", "gang-tas")
 KINDS = ("nvlink", "fabric", "plain")
 
 # nvlink group sizes and their weights: small jobs, powers of two, whole racks, and a spread in between.
@@ -27,6 +27,16 @@ SIZE_WEIGHTS: tuple[tuple[int, float], ...] = (
     (1, 0.10), (2, 0.12), (4, 0.16), (8, 0.18), (16, 0.08), (18, 0.06),
     *((n, 0.30 / 12) for n in (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17)),
 )
+
+# Job-size classes (pods per job) the report gives queueing delay for, cut where the generator's sizes
+# cluster: single pods (plain pods, 1-pod groups), small groups (2-4: fabric groups and small
+# ComputeDomains), up to a half rack (5-8), up to 16 trays, and whole racks (17-18). (label, low, high).
+SIZE_CLASSES: tuple[tuple[str, int, int | None], ...] = (
+    ("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), ("9-16", 9, 16), ("17+", 17, None))
+
+
+def size_class(pods: int) -> str:
+    return next(label for label, low, high in SIZE_CLASSES if pods >= low and (high is None or pods <= high))
 
 
 @dataclass(frozen=True)
