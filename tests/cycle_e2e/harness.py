@@ -43,6 +43,7 @@ from webhook.domain.policy import Policy
 from webhook.service import deploy
 from webhook.sim import cycle
 from webhook.sim.cycle.claims import parse_claim
+from webhook.sim.extender_http import HttpExtender
 
 NS = "ml"
 # PriorityClasses as the Priority admission plugin resolves them into spec.priority before any webhook.
@@ -240,41 +241,21 @@ class Call:
     """The decoded 200 reply; ``None`` after a non-200."""
 
 
-class TlsExtender:
-    """The emulator's ``Extender``: the served endpoints over TLS, verified with the served CA. A non-200
-    reply raises ``ExtenderCallFailed`` with kube-scheduler's text. Every call is recorded."""
+class TlsExtender(HttpExtender):
+    """The emulator's ``Extender``: the served endpoints over TLS, verified with the served CA, following the
+    replica across restarts. A non-200 reply raises ``ExtenderCallFailed`` with kube-scheduler's text. Every
+    call is recorded."""
 
     def __init__(self, replicas: Sequence[Replica], index: int, config: cycle.ExtenderConfig,
                  calls: list[Call]) -> None:
         self.index = index
         self.replica = replicas[index]
-        self.config = config
         self.calls = calls
+        super().__init__(self.replica.url, self.replica.ca, config, timeout=30,
+                         observe=lambda verb, args, reply: calls.append(Call(index, verb, args, reply)))
 
-    def _post(self, verb: str, args: dict[str, Any]) -> Any:
-        try:
-            reply = self.replica.post(f"/{verb}", args)
-        except requests.RequestException as exc:
-            self.calls.append(Call(self.index, verb, args, None))
-            raise cycle.ExtenderCallFailed(f"Post \"{self.replica.url}/{verb}\": {exc}") from exc
-        if reply.status_code != 200:
-            self.calls.append(Call(self.index, verb, args, None))
-            raise cycle.http_failure(self.config, verb, reply.status_code)
-        body = reply.json()
-        self.calls.append(Call(self.index, verb, args, body))
-        return body
-
-    def filter(self, args: dict[str, Any]) -> Any:
-        return self._post("filter", args)
-
-    def prioritize(self, args: dict[str, Any]) -> Any:
-        return self._post("prioritize", args)
-
-    def bind(self, args: dict[str, Any]) -> Any:
-        return self._post("bind", args)
-
-    def preempt(self, args: dict[str, Any]) -> Any:
-        return self._post("preempt", args)
+    def endpoint(self) -> tuple[str, requests.Session]:
+        return self.replica.url, self.replica.http
 
 
 class SplitExtender:

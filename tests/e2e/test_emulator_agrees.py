@@ -14,7 +14,6 @@ import re
 from typing import Any
 
 import pytest
-import requests
 
 from tests.e2e import objects
 from tests.e2e.conftest import RealCluster
@@ -22,37 +21,18 @@ from tests.e2e.kubeapi import eventually
 from webhook.domain import keys
 from webhook.service import deploy
 from webhook.sim import cycle
+from webhook.sim.extender_http import HttpExtender
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(1800)]
 
 NS = "differential"
 
 
-class TlsExtender:
-    """The emulator's extender: our running service, over TLS, as kube-scheduler calls it."""
-
-    def __init__(self, cluster: RealCluster) -> None:
-        self.url = cluster.url
-        self.ca = str(cluster.tls_dir / "ca.crt")
-
-    def _post(self, verb: str, args: dict[str, Any]) -> Any:
-        reply = requests.post(f"{self.url}/{verb}", json=args, verify=self.ca, timeout=30)
-        if reply.status_code != 200:
-            raise cycle.ExtenderCallFailed(f"failed {verb} with extender at URL {self.url}/{verb}, "
-                                           f"code {reply.status_code}")
-        return reply.json()
-
-    def filter(self, args: dict[str, Any]) -> Any:
-        return self._post("filter", args)
-
-    def prioritize(self, args: dict[str, Any]) -> Any:
-        return self._post("prioritize", args)
+class ScheduleOnly(HttpExtender):
+    """Our running service over TLS; the differential check runs scheduling cycles only, never a bind."""
 
     def bind(self, args: dict[str, Any]) -> Any:
         raise AssertionError("the differential check runs scheduling cycles only")
-
-    def preempt(self, args: dict[str, Any]) -> Any:
-        return self._post("preempt", args)
 
 
 def _pod(name: str, *, gpus: int = 0, selector: dict[str, str] | None = None,
@@ -117,7 +97,8 @@ def test_the_emulator_and_the_real_scheduler_decide_alike(real_cluster: RealClus
     try:
         admitted = api.call("POST", api.path("Pod", NS), pod, params={"dryRun": "All"})
         config = cycle.parse_config(real_cluster.scheduler_config())
-        attempt = cycle.schedule(config, _cluster(api), admitted, TlsExtender(real_cluster))
+        extender = ScheduleOnly(real_cluster.url, str(real_cluster.tls_dir / "ca.crt"), config.extenders[0])
+        attempt = cycle.schedule(config, _cluster(api), admitted, extender)
         api.create(pod)
         node, message = _real_outcome(real_cluster, name)
         if node is None:

@@ -35,6 +35,7 @@ from webhook.service import demo_scenario, deploy
 from webhook.service.demo_scenario import Job
 from webhook.sim import cycle
 from webhook.sim.cycle.scheduling import BIND_ERROR, BOUND, UNSCHEDULABLE
+from webhook.sim.extender_http import HttpExtender
 
 
 @dataclass
@@ -82,40 +83,13 @@ def _admit(client: Client, job: Job, index: int) -> dict[str, Any]:
     return pod
 
 
-class ServiceExtender:
-    """The emulated kube-scheduler's extender: the running service, over TLS, with the wire dicts
-    kube-scheduler sends; a reply other than 200 fails the call with kube-scheduler's text."""
-
-    def __init__(self, client: Client, config: cycle.ExtenderConfig) -> None:
-        self.client = client
-        self.config = config
-
-    def _call(self, verb: str, args: dict[str, Any]) -> Any:
-        reply = self.client.session.post(f"{self.client.url}/{verb}", json=args, timeout=60, verify=self.client.ca)
-        if reply.status_code != 200:
-            raise cycle.http_failure(self.config, verb, reply.status_code)
-        return reply.json()
-
-    def filter(self, args: dict[str, Any]) -> Any:
-        return self._call("filter", args)
-
-    def prioritize(self, args: dict[str, Any]) -> Any:
-        return self._call("prioritize", args)
-
-    def bind(self, args: dict[str, Any]) -> Any:
-        return self._call("bind", args)
-
-    def preempt(self, args: dict[str, Any]) -> Any:
-        return self._call("preempt", args)
-
-
 @dataclass
 class Scheduler:
     """kube-scheduler with the dedicated profile, as the emulator runs it, and the cluster as it sees it."""
 
     config: cycle.SchedulerConfig
     cluster: cycle.ClusterState
-    extender: ServiceExtender
+    extender: HttpExtender
 
 
 def claims_of(pod: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -154,7 +128,8 @@ def scheduler(client: Client) -> Scheduler:
     cluster = cycle.parse_cluster(demo_scenario.labelled_nodes(), running, claims=claims,
                                   slices=demo_scenario.channel_slices(),
                                   device_classes=[demo_scenario.channel_device_class()])
-    return Scheduler(config, cluster, ServiceExtender(client, config.extenders[0]))
+    return Scheduler(config, cluster, HttpExtender(client.url, client.ca, config.extenders[0],
+                                                  session=client.session))
 
 
 def _schedule(sched: Scheduler, pod: dict[str, Any], out: Outcome) -> None:
