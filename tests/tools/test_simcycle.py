@@ -11,8 +11,9 @@ import pytest
 
 from webhook.service import deploy
 from webhook.sim import cycle
+from webhook.sim.dra_objects import channel_device_class
 from webhook.tools import policies, simcycle, workload
-from webhook.tools.simcluster import SimCluster, channel_device_class, job_objects
+from webhook.tools.simcluster import SimCluster, job_objects
 
 PARAMS = workload.Params(cliques=2, clique_nodes=4, fabric_zones=1, fabric_nodes=2)
 

@@ -35,6 +35,7 @@ from webhook.service import demo_scenario, deploy
 from webhook.service.demo_scenario import Job
 from webhook.sim import cycle
 from webhook.sim.cycle.scheduling import BIND_ERROR, BOUND, UNSCHEDULABLE
+from webhook.sim.dra_objects import channel_device_class
 from webhook.sim.extender_http import HttpExtender
 
 
@@ -127,7 +128,7 @@ def scheduler(client: Client) -> Scheduler:
         claims += made
     cluster = cycle.parse_cluster(demo_scenario.labelled_nodes(), running, claims=claims,
                                   slices=demo_scenario.channel_slices(),
-                                  device_classes=[demo_scenario.channel_device_class()])
+                                  device_classes=[channel_device_class()])
     return Scheduler(config, cluster, HttpExtender(client.url, client.ca, config.extenders[0],
                                                   session=client.session))
 

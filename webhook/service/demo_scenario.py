@@ -22,8 +22,7 @@ from typing import Any
 from webhook.adapters import demo
 from webhook.domain import keys, node_labels
 from webhook.domain.policy import Policy
-
-CD_DRIVER = "compute-domain.nvidia.com"
+from webhook.sim.dra_objects import CD_DRIVER, channel_slice
 
 
 @dataclass(frozen=True)
@@ -117,22 +116,7 @@ def _has_nvlink(node: dict[str, Any]) -> bool:
 
 def channel_slices() -> list[dict[str, Any]]:
     """One IMEX channel per GB200 tray, as the ComputeDomain kubelet plugin publishes it."""
-    return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-             "metadata": {"name": f"{n['metadata']['name']}-{CD_DRIVER}"},
-             "spec": {"driver": CD_DRIVER, "nodeName": n["metadata"]["name"],
-                      "pool": {"name": n["metadata"]["name"], "generation": 1, "resourceSliceCount": 1},
-                      "devices": [{"name": "channel-0", "attributes": {"type": {"string": "channel"},
-                                                                       "id": {"int": 0}}}]}}
-            for n in demo.nodes() if _has_nvlink(n)]
-
-
-def channel_device_class() -> dict[str, Any]:
-    """The DeviceClass a ComputeDomain's channel template asks for."""
-    expression = (f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel' "
-                  f"&& device.attributes['{CD_DRIVER}'].id == 0")
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]},
-            "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+    return [channel_slice(n["metadata"]["name"]) for n in demo.nodes() if _has_nvlink(n)]
 
 
 def template_claim_spec(template: str) -> dict[str, Any]:

@@ -28,11 +28,12 @@ from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy as EnginePolicy
 from webhook.service import deploy
 from webhook.sim.cycle.model import Pod as CyclePod
+from webhook.sim.dra_objects import channel_device_class
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 from webhook.state.reservations import MemoryReservationStore
 from webhook.tools import simcycle
-from webhook.tools.simcluster import SimCluster, channel_device_class, job_objects
+from webhook.tools.simcluster import SimCluster, job_objects
 from webhook.tools.workload import Job
 
 

@@ -15,21 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.domain import keys
+from webhook.sim.dra_objects import channel_slice
 from webhook.tools.workload import Job, Params
 
 PodKey = tuple[int, int]  # (job index, pod index)
-CD_DRIVER = "compute-domain.nvidia.com"
 # What a GB200 tray's kubelet reports besides GPUs; the simulated pods request no CPU or memory.
 NODE_CPU, NODE_MEMORY, NODE_PODS = "140", "860Gi", "110"
-
-
-def channel_device_class() -> dict[str, Any]:
-    """The DeviceClass of a ComputeDomain's workload channel, as the NVIDIA DRA driver installs it."""
-    expression = (f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == 'channel' "
-                  f"&& device.attributes['{CD_DRIVER}'].id == 0")
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]},
-            "spec": {"selectors": [{"cel": {"expression": expression}}]}}
 
 
 @dataclass
@@ -172,13 +163,7 @@ class SimCluster:
     def channel_slices(self) -> list[dict[str, Any]]:
         """The ResourceSlices the ComputeDomain DRA driver publishes: one IMEX channel per node (every
         node, as ``channel_free`` allows a ComputeDomain pod on every node)."""
-        return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                 "metadata": {"name": f"{name}-{CD_DRIVER}"},
-                 "spec": {"driver": CD_DRIVER, "nodeName": name,
-                          "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                          "devices": [{"name": "channel-0",
-                                       "attributes": {"type": {"string": "channel"}, "id": {"int": 0}}}]}}
-                for name in self.names]
+        return [channel_slice(name) for name in self.names]
 
     def domains_of(self, job: Job) -> set[str]:
         return {self.domains[b.node] for i in range(job.pods) if (b := self.pods.get((job.index, i)))}
