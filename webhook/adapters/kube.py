@@ -158,6 +158,10 @@ class KubeBackend:
             waiting.append(FABRIC_ATTACHMENTS.kind)
         if waiting:
             return False, "waiting for the first list of " + ", ".join(waiting)
+        # A watch that stopped making progress serves an ever older cache (kube_watch, "Progress").
+        stalled = [why for watcher in self._watchers if (why := watcher.stalled()) is not None]
+        if stalled:
+            return False, "; ".join(stalled)
         return True, "caches synced"
 
     def note_pod(self, pod: Pod) -> None:

@@ -11,6 +11,20 @@ The loop is client-go's reflector, reduced to what we need:
 Each relist is logged with its reason. A resource marked optional (a CRD that may not be installed)
 that answers 404 counts as synced and empty, and is looked for again now and then.
 ``interrupt`` shuts the socket of the call in progress, so ``stop`` does not wait for a quiet watch.
+
+One event never stops a watch: an event line that is not JSON, or whose ``sink.apply`` raises, is logged
+and skipped, and the watch goes on with the next event from the resourceVersion it carried (the store
+itself skips and counts objects it cannot parse, ``webhook.state.cluster``).
+
+Progress, for readiness (``stalled``): a watcher makes progress when a list is applied to its sink, when
+a watch request is answered, with every line the watch delivers (events and bookmarks alike: we ask for
+``allowWatchBookmarks``), and when the server ends a watch at its ``timeoutSeconds``. A quiet cluster
+sends no events, so an open watch also counts as healthy until its own deadline (the server-side timeout
+plus ``WATCH_SLACK``): by then the server has ended it and we watched again, or the read timed out and we
+relist (a resource that is not served counts as healthy while it waits to be looked for again). So an
+idle but healthy watch is never stalled, whatever the bound; a watcher is stalled when it
+has made no progress for longer than ``WatchSettings.stall_timeout`` and has no watch open within its
+deadline: it is failing to list (or to re-watch) again and again, or its thread is stuck.
 """
 
 from __future__ import annotations
@@ -19,7 +33,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -73,6 +87,8 @@ class WatchSettings:
     timeout: float | None = None  # server-side timeoutSeconds; None: 5-10 min at random, as client-go
     absent_recheck: float = 60.0  # how often an optional resource that is not served is looked for again
     page_size: int = 500  # objects per LIST page: bounded memory and answer time on a 5,000-node cluster
+    stall_timeout: float = 300.0  # seconds without progress (see the module docstring) before not ready
+    clock: Callable[[], float] = time.monotonic
 
 
 class _Gone(Exception):
@@ -96,6 +112,10 @@ class Watcher:
         self._lock = threading.Lock()
         self._response: urllib3.BaseHTTPResponse | None = None
         self._absent = False
+        self._clock = self._settings.clock
+        self._progress_at = self._clock()  # guarded by _lock, as are the two below
+        self._open_until: float | None = None  # the deadline of the watch request in progress
+        self._problem = ""  # why the last list or watch failed, for the stall reason
         self._thread = threading.Thread(target=self._run, name=f"watch-{resource.plural}", daemon=True)
 
     @property
@@ -103,7 +123,27 @@ class Watcher:
         return self._resource.kind
 
     def start(self) -> None:
+        self._progressed()
         self._thread.start()
+
+    def stalled(self) -> str | None:
+        """Why this watcher counts as stalled (module docstring), or ``None`` while it makes progress."""
+        bound = self._settings.stall_timeout
+        with self._lock:
+            now = self._clock()
+            if self._open_until is not None and now < self._open_until:
+                return None
+            idle = now - self._progress_at
+            problem = self._problem
+        if idle <= bound:
+            return None
+        return (f"the {self.kind} watch has made no progress for {idle:.0f}s (more than {bound:g}s)"
+                + (f": {problem}" if problem else ""))
+
+    def _progressed(self, problem: str = "") -> None:
+        with self._lock:
+            self._progress_at = self._clock()
+            self._problem = problem
 
     def join(self, timeout: float) -> None:
         if self._thread.is_alive():
@@ -155,6 +195,8 @@ class Watcher:
                 log.exception("%s: unexpected failure in the watch loop", self.kind)
                 why = f"unexpected {type(exc).__name__}: {exc}"
             pause = _jitter(delay)
+            with self._lock:
+                self._problem = why
             log.warning("%s: %s; relisting in %.1fs", self.kind, why, pause)
             if self._stopping.wait(pause):
                 return
@@ -167,7 +209,14 @@ class Watcher:
             self._absent = True
         self._sink.replace(self.kind, [])
         self._sink.mark_synced(self.kind)
-        self._stopping.wait(self._settings.absent_recheck)
+        self._progressed()
+        with self._lock:  # waiting to look again is as healthy as an open watch
+            self._open_until = self._clock() + self._settings.absent_recheck + WATCH_SLACK
+        try:
+            self._stopping.wait(self._settings.absent_recheck)
+        finally:
+            with self._lock:
+                self._open_until = None
 
     def _list(self, why: str) -> str:
         # Looking again for a CRD that is still missing is routine: keep it out of the INFO log.
@@ -193,6 +242,7 @@ class Watcher:
             self._absent = False
         self._sink.replace(self.kind, [i for i in items if isinstance(i, dict)])
         self._sink.mark_synced(self.kind)
+        self._progressed()
         log.debug("%s: %d objects at resourceVersion %s", self.kind, len(items), version)
         return version
 
@@ -210,10 +260,19 @@ class Watcher:
                 raise _Gone(f"watch from resourceVersion {version} expired ({exc.message})") from exc
             raise
         self._track(response)
+        with self._lock:
+            self._open_until = self._clock() + server_timeout + WATCH_SLACK
+        self._progressed()
+        ended = False
         try:
             for line in self._api.lines(response, timeout):
-                event = orjson.loads(line)
-                kind, obj = event.get("type"), event.get("object")
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    log.warning("%s: skipped a watch event that is not readable JSON (%s); the watch goes on",
+                                self.kind, exc)
+                    continue
+                kind, obj = (event.get("type"), event.get("object")) if isinstance(event, dict) else (None, None)
                 if not isinstance(obj, dict):
                     continue
                 if kind == "ERROR":
@@ -223,12 +282,27 @@ class Watcher:
                         raise _Gone(f"watch from resourceVersion {version} expired ({message})")
                     raise ApiError(code if isinstance(code, int) else 0, str(obj.get("reason") or "Error"),
                                    message or "error event in the watch")
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                self._progressed()  # an event or a bookmark
+                meta = obj.get("metadata")
+                version = str((meta.get("resourceVersion") if isinstance(meta, dict) else None) or version)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._sink.apply(self.kind, kind, obj)
+                    self._apply(kind, obj)
                     events += 1
+            ended = True
         finally:
+            with self._lock:
+                self._open_until = None
+            if ended:
+                self._progressed()  # the server ended the watch at its timeout: we watch again at once
             self._track(None)
             response.close()
             response.release_conn()
         return version, events, time.monotonic() - started
+
+    def _apply(self, event: str, obj: dict[str, Any]) -> None:
+        try:
+            self._sink.apply(self.kind, event, obj)
+        except Exception:  # one event must never stop the watch; the next one is applied
+            meta = obj.get("metadata")
+            name = "/".join(str(meta.get(k) or "") for k in ("namespace", "name")) if isinstance(meta, dict) else "?"
+            log.exception("%s: could not apply %s of %s; skipped, the watch goes on", self.kind, event, name)

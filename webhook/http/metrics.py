@@ -44,8 +44,9 @@ class Metrics:
         self.internal_errors = Counter("imex_webhook_internal_errors_total",
                                        "Requests we failed to serve because of our own fault", ["verb"],
                                        registry=self.registry)
-        self.cache_rejected = Gauge("imex_webhook_cache_rejected_objects", "Objects skipped as malformed",
-                                    registry=self.registry)
+        self.cache_rejected = Gauge("imex_webhook_cache_rejected_objects",
+                                    "Objects the cache skips now because they could not be parsed, by kind",
+                                    ["kind"], registry=self.registry)
         self.attach_seconds = Histogram("imex_webhook_fabric_attach_duration_seconds",
                                         "Attach before bind, from the first bind call to Ready, by outcome",
                                         ["outcome"], buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120),

@@ -29,7 +29,8 @@ def readyz() -> Response:
 @blueprint.get("/metrics")
 def metrics() -> Response:
     svc = services()
-    svc.metrics.cache_rejected.set(svc.engine.store.rejected)
+    for kind, n in svc.engine.store.rejected_counts().items():
+        svc.metrics.cache_rejected.labels(kind).set(n)
     return Response(generate_latest(svc.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
 

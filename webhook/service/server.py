@@ -81,9 +81,11 @@ def build_backend(settings: Settings, store: ClusterStore) -> Backend:
             return embedded.from_files(store, list(settings.cluster_files))
         return embedded.from_demo(store)
     from webhook.adapters import kube
+    from webhook.adapters.kube_watch import WatchSettings
 
     return kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster, store,
-                        settings.holder, label_nodes=True)
+                        settings.holder, label_nodes=True,
+                        watch=WatchSettings(stall_timeout=settings.watch_stall_timeout))
 
 
 def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None) -> tuple[Flask, Engine, Backend]:

@@ -6,6 +6,12 @@ its allocatable ``nvidia.com/gpu`` (device plugin) plus the whole GPUs its DRA R
 parsed once when it arrives; per-pod derived facts (group, demand, node) are kept and the aggregates
 (GPUs used per node, members per group, domains) are updated incrementally, so building a snapshot is a
 few shallow copies and happens at most once per change, not once per request.
+
+One object that cannot be parsed or derived never stops the others: whatever it raises (a ``WireError``,
+or a ``RecursionError``, ``OverflowError``, ``TypeError``... from a field no one foresaw) skips that object
+alone. Skipped objects are kept by kind (``rejected_counts``, the ``imex_webhook_cache_rejected_objects``
+gauge) until a later version parses or they are deleted, and each is logged once per resourceVersion,
+with its name and the offending field, not again on every relist.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from webhook.domain.policy import Policy
 log = logging.getLogger(__name__)
 
 KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice")
+_SHOWN = 300  # characters of a rejection's explanation that reach the log
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +56,28 @@ class _Derived:
 
 
 def _key(obj: Mapping[str, Any]) -> ObjectKey:
-    meta = obj.get("metadata") or {}
-    return (meta.get("namespace") or "", meta.get("name") or "")
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return ("", "")
+    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+    return (namespace if isinstance(namespace, str) else "", name if isinstance(name, str) else "")
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+
+
+def _explain(exc: BaseException) -> str:
+    """The field and the problem for a ``WireError``; the exception's type and text for anything else."""
+    if isinstance(exc, WireError):
+        text = str(exc)
+    else:
+        try:
+            text = f"{type(exc).__name__}: {exc}"
+        except Exception:  # an exception whose str() fails still must not stop the watch
+            text = type(exc).__name__
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
 class ClusterStore:
@@ -78,7 +105,8 @@ class ClusterStore:
         self._synced: dict[str, bool] = {}
         self._version = 0
         self._snapshot: Snapshot | None = None
-        self.rejected: int = 0  # objects that could not be parsed (logged, counted, skipped)
+        # Objects skipped because they could not be parsed or derived, by kind: key -> resourceVersion.
+        self._rejects: dict[str, dict[ObjectKey, str]] = defaultdict(dict)
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
 
     # -- feeding -------------------------------------------------------------------------------------
@@ -111,6 +139,9 @@ class ClusterStore:
             try:
                 for key in [k for k in self._keys(kind) if k not in present]:
                     self._remove(kind, key)
+                rejects = self._rejects[kind]
+                for key in [k for k in rejects if k not in present]:
+                    del rejects[key]
                 for obj in objects:
                     self._upsert(kind, obj)
             finally:
@@ -124,6 +155,7 @@ class ClusterStore:
         with self._lock:
             if event == "DELETED":
                 self._remove(kind, _key(obj))
+                self._rejects[kind].pop(_key(obj), None)
             else:
                 self._upsert(kind, obj)
             self._changed()
@@ -177,6 +209,17 @@ class ClusterStore:
             derived = self._pods.get((namespace, name))
             return derived.pod if derived else None
 
+    @property
+    def rejected(self) -> int:
+        """How many objects are skipped now, all kinds together."""
+        with self._lock:
+            return sum(len(r) for r in self._rejects.values())
+
+    def rejected_counts(self) -> dict[str, int]:
+        """Objects skipped now because they could not be parsed, for every kind the store holds."""
+        with self._lock:
+            return {kind: len(self._rejects.get(kind) or ()) for kind in KINDS}
+
     def raw_counts(self) -> dict[str, int]:
         with self._lock:
             return {
@@ -205,33 +248,47 @@ class ClusterStore:
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         try:
-            if kind == "Node":
-                node = parsing.node(obj, self.policy.domain_labels)
-                self._node_objects[node.name] = node
-                self._refresh_node(node.name)
-            elif kind == "ResourceSlice":
-                self._set_slice(_key(obj)[1], slices.resource_slice(obj, self.policy.gpu_drivers))
-            elif kind == "Pod":
-                self._set_pod(parsing.pod(obj, "pod"))
-            elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
-                spec = parsing.claim_spec(obj, template=kind == "ResourceClaimTemplate", path=kind)
-                table = self._templates if kind == "ResourceClaimTemplate" else self._claims
-                table[(spec.namespace, spec.name)] = spec
-                self._rederive(spec.namespace)
-            elif kind == "ComputeDomain":
-                cd = parsing.compute_domain(obj)
-                self._cds[cd.uid] = cd
-                self._cd_keys[(cd.namespace, cd.name)] = cd.uid
-                self._rederive(cd.namespace)
-            elif kind == "Job":
-                job = parsing.job(obj)
-                self._jobs[(job.namespace, job.name)] = job
-                self._rederive(job.namespace)
-            else:
-                raise ValueError(f"unknown kind {kind}")
-        except WireError as exc:
-            self.rejected += 1
-            log.warning("skipping malformed %s %s: %s", kind, "/".join(_key(obj)), exc)
+            self._parse_in(kind, obj)
+        except Exception as exc:  # any failure of one object skips that object, nothing more
+            self._reject(kind, _key(obj), _version(obj), exc)
+        else:
+            self._rejects[kind].pop(_key(obj), None)
+
+    def _reject(self, kind: str, key: ObjectKey, version: str, exc: BaseException) -> None:
+        rejects = self._rejects[kind]
+        if key in rejects and rejects[key] == version:
+            return  # already logged: the same object again, from a relist
+        rejects[key] = version
+        name = "/".join(k for k in key if k) or "(unnamed)"
+        log.warning("skipping malformed %s %s (resourceVersion %s): %s", kind, name, version or "?", _explain(exc))
+
+    def _parse_in(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if not isinstance(obj, Mapping):
+            raise WireError(kind, f"expected an object, got {type(obj).__name__}")
+        if kind == "Node":
+            node = parsing.node(obj, self.policy.domain_labels)
+            self._node_objects[node.name] = node
+            self._refresh_node(node.name)
+        elif kind == "ResourceSlice":
+            self._set_slice(_key(obj)[1], slices.resource_slice(obj, self.policy.gpu_drivers))
+        elif kind == "Pod":
+            self._set_pod(parsing.pod(obj, "pod"))
+        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            spec = parsing.claim_spec(obj, template=kind == "ResourceClaimTemplate", path=kind)
+            table = self._templates if kind == "ResourceClaimTemplate" else self._claims
+            table[(spec.namespace, spec.name)] = spec
+            self._rederive(spec.namespace)
+        elif kind == "ComputeDomain":
+            cd = parsing.compute_domain(obj)
+            self._cds[cd.uid] = cd
+            self._cd_keys[(cd.namespace, cd.name)] = cd.uid
+            self._rederive(cd.namespace)
+        elif kind == "Job":
+            job = parsing.job(obj)
+            self._jobs[(job.namespace, job.name)] = job
+            self._rederive(job.namespace)
+        else:
+            raise ValueError(f"unknown kind {kind}")
 
     def _remove(self, kind: str, key: ObjectKey) -> None:
         if kind == "Node":
@@ -338,7 +395,12 @@ class ClusterStore:
             self._deferred.add(namespace)
             return
         for key in [k for k in self._pods if k[0] == namespace]:
-            self._set_pod(self._pods[key].pod)
+            pod = self._pods[key].pod
+            try:
+                self._set_pod(pod)
+            except Exception as exc:  # one pod that no longer derives is skipped, not the rest
+                self._unset_pod(key)
+                self._reject("Pod", key, "", exc)
 
     def _build(self) -> Snapshot:
         domains: dict[str, list[str]] = defaultdict(list)
