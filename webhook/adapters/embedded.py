@@ -3,14 +3,20 @@
 Loads what ``kubectl get nodes,pods,resourceclaims,resourceclaimtemplates,computedomains,jobs -A -o yaml``
 prints, as is: multi-document YAML, or a JSON/YAML ``List`` whose items carry apiVersion and kind.
 Bindings are recorded in memory as the API server would record them (spec.nodeName), and pods the
-scheduler asks about are remembered, because no watch will tell us about them.
+scheduler asks about are remembered, because no watch will tell us about them. No watch tells us either
+when such a pod is deleted, so a pod learnt that way and still unbound is forgotten once no request has
+named it for the pod TTL (``serve --pod-ttl``, default 600 s): the scheduler names a pending
+pod again at every retry (at most 5 minutes apart), so only pods it gave up on are dropped. Bound pods
+and the pods of the loaded files are kept.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +27,15 @@ from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod
 from webhook.state.cluster import KINDS, ClusterStore
 from webhook.state.fabric import MemoryAttachmentStore
+from webhook.state.forgetting import Forgetting
 from webhook.state.reservations import MemoryReservationStore
 
 log = logging.getLogger(__name__)
+
+DEFAULT_POD_TTL = 600.0
+# Expired pods forgotten per request at most: more than the one a request may add, so the backlog shrinks,
+# and a request never pays for a long idle stretch at once.
+FORGET_PER_NOTE = 4
 
 
 class ClusterFileError(Exception):
@@ -83,7 +95,8 @@ class EmbeddedBinder:
 class EmbeddedBackend:
     embedded = True
 
-    def __init__(self, store: ClusterStore, objects: list[dict[str, Any]], source: str) -> None:
+    def __init__(self, store: ClusterStore, objects: list[dict[str, Any]], source: str,
+                 pod_ttl: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.reservations = MemoryReservationStore()
         self.binder = EmbeddedBinder(store)
@@ -101,6 +114,11 @@ class EmbeddedBackend:
             log.info("embedded cluster: ignoring kinds imex-webhook does not use: %s", dict(skipped))
         self._by_kind = by_kind
         self.counts = {k: len(v) for k, v in by_kind.items()}
+        # Pods the files name are kept whatever happens; the ones requests taught us are forgotten unbound.
+        self._loaded = {_pod_key(o) for o in by_kind["Pod"]}
+        self._noted: Forgetting[tuple[str, str]] = Forgetting(pod_ttl or DEFAULT_POD_TTL, clock)
+        self._noted_lock = threading.Lock()  # taken before the store's lock, never after it
+        self.forgotten = 0
 
     def start(self) -> None:
         self.store.expect(KINDS)
@@ -122,16 +140,55 @@ class EmbeddedBackend:
     def ready(self) -> tuple[bool, str]:
         return (True, f"embedded cluster from {self.source}") if self.store.synced else (False, "loading")
 
+    @property
+    def pod_ttl(self) -> float:
+        return self._noted.ttl
+
     def note_pod(self, pod: Pod) -> None:
-        self.store.put_pod(pod)
+        with self._noted_lock:
+            if pod.key not in self._loaded:
+                if pod.node_name:
+                    self._noted.drop(pod.key)
+                else:
+                    self._noted.named(pod.key)
+            self.store.put_pod(pod)
+            self._forget(FORGET_PER_NOTE)
+
+    def forget_expired(self) -> int:
+        """Forget every learnt pod that is unbound and was not named for the pod TTL; how many were."""
+        with self._noted_lock:
+            return self._forget(None)
+
+    def noted(self) -> int:
+        """Learnt pods still tracked for forgetting."""
+        with self._noted_lock:
+            return len(self._noted)
+
+    def _forget(self, limit: int | None) -> int:
+        n = 0
+        for namespace, name in self._noted.expired(limit):
+            current = self.store.pod(namespace, name)
+            if current is None or current.node_name:
+                continue  # bound since (we keep it), or gone already
+            self.store.apply("Pod", "DELETED", {"metadata": {"namespace": namespace, "name": name}})
+            n += 1
+        if n:
+            self.forgotten += n
+            log.debug("embedded cluster: forgot %d unbound pods not named for %gs", n, self._noted.ttl)
+        return n
 
     def is_leader(self) -> bool:
         return True  # one process holds the whole embedded cluster
 
 
-def from_files(store: ClusterStore, paths: list[Path]) -> EmbeddedBackend:
-    return EmbeddedBackend(store, load_objects(paths), ", ".join(str(p) for p in paths))
+def _pod_key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "default", meta.get("name") or "")  # as webhook.domain.parsing reads it
 
 
-def from_demo(store: ClusterStore) -> EmbeddedBackend:
-    return EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
+def from_files(store: ClusterStore, paths: list[Path], pod_ttl: float | None = None) -> EmbeddedBackend:
+    return EmbeddedBackend(store, load_objects(paths), ", ".join(str(p) for p in paths), pod_ttl)
+
+
+def from_demo(store: ClusterStore, pod_ttl: float | None = None) -> EmbeddedBackend:
+    return EmbeddedBackend(store, demo.objects(), "the built-in demo topology", pod_ttl)

@@ -78,8 +78,8 @@ def build_backend(settings: Settings, store: ClusterStore) -> Backend:
         from webhook.adapters import embedded
 
         if settings.cluster_files:
-            return embedded.from_files(store, list(settings.cluster_files))
-        return embedded.from_demo(store)
+            return embedded.from_files(store, list(settings.cluster_files), settings.pod_ttl)
+        return embedded.from_demo(store, settings.pod_ttl)
     from webhook.adapters import kube
     from webhook.adapters.kube_watch import WatchSettings
 
@@ -191,8 +191,6 @@ class _Server(BaseApplication):  # type: ignore[misc]
 
 
 def serve(settings: Settings) -> int:
-    if settings.embedded and settings.workers > 1:
-        log.warning("the embedded cluster lives in one process: using 1 worker instead of %d", settings.workers)
     cert, key, _ = tls_files(settings)
     log.info("imex-webhook serving https://%s (%s mode); settings: %s", settings.bind,
              "embedded" if settings.embedded else "kubernetes", settings.redacted())

@@ -48,6 +48,8 @@ class Settings:
     max_body: int = DEFAULT_MAX_BODY
     bind_budget: float = DEFAULT_BIND_BUDGET
     housekeeping_interval: float = 30.0
+    pod_ttl: float = 600.0
+    watch_stall_timeout: float = 300.0
     log_format: str = "plain"
     log_level: str = "info"
     access_log: bool = False
@@ -69,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("server")
     net.add_argument("--bind", default=DEFAULT_BIND, help="HOST:PORT to listen on (default %(default)s)")
     net.add_argument("--workers", type=int, default=1,
-                     help="gunicorn worker processes (default 1; the embedded cluster always uses 1)")
+                     help="gunicorn worker processes: 1, the only value accepted (each worker would hold its own "
+                          "caches and state); scale with replicas in Kubernetes mode, --threads in one process")
     net.add_argument("--threads", type=int, default=8, help="threads per worker (gthread; default %(default)s)")
     net.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
                      help="largest request body in bytes (default %(default)s, room for a 5,000-node NodeList)")
@@ -102,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--orphan-grace", type=float, default=60.0,
                      help="seconds a composed block no attachment accounts for is left alone before it is "
                           "detached (default %(default)s)")
+    src.add_argument("--watch-stall-timeout", type=float, default=300.0,
+                     help="Kubernetes mode: seconds a watch may make no progress (no list, event, bookmark or "
+                          "re-watch; an idle open watch is not stalled) before /readyz turns false "
+                          "(default %(default)s)")
     pol = parser.add_argument_group("policy")
     pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
                      help="node label naming the domain; repeatable, first present wins "
@@ -116,6 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pol.add_argument("--housekeeping-interval", type=float, default=30.0,
                      help="seconds between passes that release the domains of finished groups and expired "
                           "reservations (default %(default)s)")
+    pol.add_argument("--pod-ttl", type=float, default=600.0,
+                     help="embedded mode: seconds an unbound pod learnt from requests is kept after the last "
+                          "request naming it (default %(default)s)")
     out = parser.add_argument_group("logging")
     out.add_argument("--log-format", choices=("plain", "json"), default="plain")
     out.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -123,6 +133,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 class SettingsError(Exception):
     pass
+
+
+def _one_worker(ns: argparse.Namespace) -> str:
+    if ns.kubeconfig is not None or ns.in_cluster:
+        return (f"--workers {ns.workers}: Kubernetes mode runs one worker per replica, since each worker would "
+                "hold its own caches, watches and choose-and-record lock; scale with Deployment replicas, "
+                "which share state through the API server (more threads: --threads)")
+    return (f"--workers {ns.workers}: the embedded cluster lives in one process, since each worker would hold "
+            "its own copy of it, bindings and reservations; use --threads for concurrency")
 
 
 def from_args(ns: argparse.Namespace) -> Settings:
@@ -136,6 +155,8 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError("--cluster files are for the embedded mode; drop them or drop --kubeconfig/--in-cluster")
     if ns.workers < 1 or ns.threads < 1:
         raise SettingsError("--workers and --threads must be at least 1")
+    if ns.workers > 1:
+        raise SettingsError(_one_worker(ns))
     _, sep, port = ns.bind.rpartition(":")
     if not sep or not port.isdigit():
         raise SettingsError(f"--bind {ns.bind!r}: expected HOST:PORT")
@@ -148,6 +169,10 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError("--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)")
     if not 0 < ns.housekeeping_interval <= 3600:
         raise SettingsError(f"--housekeeping-interval {ns.housekeeping_interval:g}: expected seconds in (0, 3600]")
+    if not 0 < ns.pod_ttl <= 86400:
+        raise SettingsError(f"--pod-ttl {ns.pod_ttl:g}: expected seconds in (0, 86400]")
+    if not ns.watch_stall_timeout > 0:
+        raise SettingsError(f"--watch-stall-timeout {ns.watch_stall_timeout:g}: expected a positive number of seconds")
     if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0 or ns.orphan_grace < 0:
         raise SettingsError("--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative")
     policy = Policy(
@@ -167,4 +192,6 @@ def from_args(ns: argparse.Namespace) -> Settings:
         attach_timeout=ns.attach_timeout, orphan_grace=ns.orphan_grace,
         max_body=ns.max_body, bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
         access_log=ns.access_log, policy=policy, housekeeping_interval=ns.housekeeping_interval,
+        pod_ttl=ns.pod_ttl,
+        watch_stall_timeout=ns.watch_stall_timeout,
     )
