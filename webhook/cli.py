@@ -66,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("fabric-sim", help="the stateful Redfish composition simulator", add_help=False)
     sub.add_parser("bench", help="measure the service against a trivial baseline in the same run", add_help=False)
     sub.add_parser("simulate", help="compare placement policies on a simulated cluster", add_help=False)
+    sub.add_parser("soak", help="a long mixed request stream against serve: resources, latency, invariants",
+                   add_help=False)
     sub.add_parser("demo", help="play a scenario through the real endpoints on the demo cluster", add_help=False)
     sub.add_parser("certs", help="create a CA and a serving certificate for the Service",
                            add_help=False, description="Same as python -m certs; see --help.")
@@ -78,10 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from webhook.agent import cli as agent_cli
 
         return agent_cli.main(args[1:], configure_logging=logs.configure)
-    if args[:1] in (["bench"], ["simulate"]):
+    if args[:1] in (["bench"], ["simulate"], ["soak"]):
         from webhook.tools import cli as tools_cli
 
-        return (tools_cli.bench_main if args[0] == "bench" else tools_cli.simulate_main)(args[1:])
+        tool = {"bench": tools_cli.bench_main, "simulate": tools_cli.simulate_main, "soak": tools_cli.soak_main}
+        return tool[args[0]](args[1:])
     if args[:1] == ["fabric-sim"]:
         from webhook.fabric_sim import cli as fabric_sim_cli
 

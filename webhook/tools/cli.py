@@ -1,7 +1,7 @@
-"""Command lines of ``imex-webhook bench`` and ``imex-webhook simulate`` (wired in ``webhook.cli``).
+"""Command lines of ``imex-webhook bench``, ``simulate`` and ``soak`` (wired in ``webhook.cli``).
 
 Each entry function takes its own argv (without the subcommand) and returns an exit status, so the
-top-level command only hands arguments over; ``python -m webhook.tools.cli bench|simulate ...`` works
+top-level command only hands arguments over; ``python -m webhook.tools.cli bench|simulate|soak ...`` works
 too, before or without that wiring.
 """
 
@@ -119,11 +119,46 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def soak_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="imex-webhook soak",
+        description="Drive a mixed stream (mutate, filter, prioritize, bind, pod completions, refusals and "
+                    "retries) against a real `serve` (embedded demo cluster, TLS on 127.0.0.1) for --minutes; "
+                    "print the worker's RSS, open fds, threads and p50/p99 latency per verb every --interval "
+                    "seconds; check the placement invariants and RSS growth. Exits 1 on any violation. "
+                    "See docs/SOAK.md.")
+    p.add_argument("--minutes", type=float, required=True, help="how long to run")
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between samples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=1, help="random seed of the stream (default %(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="write soak.json and soak.md here")
+    p.add_argument("--rss-growth-mib", type=float, default=64.0,
+                   help="allowed RSS growth of the worker after warm-up, MiB (default %(default)s)")
+    return p
+
+
+def soak_main(argv: Sequence[str] | None = None) -> int:
+    from webhook.tools import soak
+
+    ns = soak_parser().parse_args(argv)
+    if ns.minutes <= 0 or ns.interval <= 0 or ns.minutes > 24 * 60 or ns.rss_growth_mib <= 0:
+        print("imex-webhook soak: --minutes must be in (0, 1440], --interval and --rss-growth-mib > 0",
+              file=sys.stderr)
+        return 2
+    cfg = soak.Config(minutes=ns.minutes, interval=ns.interval, seed=ns.seed, out=ns.out,
+                      rss_growth_mib=ns.rss_growth_mib)
+    try:
+        result = soak.run(cfg)
+    except (RuntimeError, OSError) as exc:
+        print(f"imex-webhook soak: {exc}", file=sys.stderr)
+        return 1
+    return 0 if result.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"bench": bench_main, "simulate": simulate_main}
+    commands = {"bench": bench_main, "simulate": simulate_main, "soak": soak_main}
     if not args or args[0] not in commands:
-        print("usage: python -m webhook.tools.cli {bench,simulate} [--help]", file=sys.stderr)
+        print("usage: python -m webhook.tools.cli {bench,simulate,soak} [--help]", file=sys.stderr)
         return 2
     return commands[args[0]](args[1:])
 
