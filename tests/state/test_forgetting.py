@@ -5,6 +5,7 @@ loaded files are kept. An injected clock stands in for time."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -144,3 +145,15 @@ def test_the_ttl_comes_from_serve_pod_ttl() -> None:
     for bad in ("0", "-3", "inf", "nan"):
         with pytest.raises(settings.SettingsError, match="--pod-ttl"):
             settings.from_args(parser.parse_args(["--pod-ttl", bad]))
+
+
+def test_a_finished_pod_is_forgotten_after_the_ttl_like_an_unbound_one() -> None:
+    clock = Clock()
+    backend = embedded.EmbeddedBackend(ClusterStore(Policy()), demo.objects(), "demo", pod_ttl=TTL, clock=clock)
+    backend.start()
+    running = parsing.pod(demo.pod("done-0", None, 1, node="hgx-00", phase="Running"))
+    backend.note_pod(running)
+    backend.note_pod(replace(running, terminated=True))
+    assert backend.noted() == 1
+    clock.now += TTL + 1
+    assert backend.forget_expired() == 1 and backend.store.pod(running.namespace, "done-0") is None

@@ -6,8 +6,9 @@ Bindings are recorded in memory as the API server would record them (spec.nodeNa
 scheduler asks about are remembered, because no watch will tell us about them. No watch tells us either
 when such a pod is deleted, so a pod learnt that way and still unbound is forgotten once no request has
 named it for the pod TTL (``serve --pod-ttl``, default 600 s): the scheduler names a pending
-pod again at every retry (at most 5 minutes apart), so only pods it gave up on are dropped. Bound pods
-and the pods of the loaded files are kept.
+pod again at every retry (at most 5 minutes apart), so only pods it gave up on are dropped. A finished pod
+(Succeeded/Failed, learnt the same way) holds nothing and is forgotten likewise. Bound running pods and the
+pods of the loaded files are kept.
 """
 
 from __future__ import annotations
@@ -147,15 +148,16 @@ class EmbeddedBackend:
     def note_pod(self, pod: Pod) -> None:
         with self._noted_lock:
             if pod.key not in self._loaded:
-                if pod.node_name:
+                if pod.node_name and not pod.terminated:
                     self._noted.drop(pod.key)
                 else:
+                    # Unbound, or finished: a finished pod holds nothing, and no watch will say it was deleted.
                     self._noted.named(pod.key)
             self.store.put_pod(pod)
             self._forget(FORGET_PER_NOTE)
 
     def forget_expired(self) -> int:
-        """Forget every learnt pod that is unbound and was not named for the pod TTL; how many were."""
+        """Forget every learnt pod that is unbound or finished and was not named for the pod TTL; how many were."""
         with self._noted_lock:
             return self._forget(None)
 
@@ -168,8 +170,8 @@ class EmbeddedBackend:
         n = 0
         for namespace, name in self._noted.expired(limit):
             current = self.store.pod(namespace, name)
-            if current is None or current.node_name:
-                continue  # bound since (we keep it), or gone already
+            if current is None or (current.node_name and not current.terminated):
+                continue  # bound and running since (we keep it), or gone already
             self.store.apply("Pod", "DELETED", {"metadata": {"namespace": namespace, "name": name}})
             n += 1
         if n:
