@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -40,6 +39,7 @@ import pytest
 
 from tests import builders
 from tests.kube.conftest import Connect
+from tests.kube.test_reservation_races import at_once
 from tests.kubefake import KINDS, KubeFake
 from webhook.adapters.kube import KubeBackend
 from webhook.domain import keys
@@ -301,25 +301,6 @@ class Run:
             self.seconds[action.__name__] += time.monotonic() - began
             self.counts["steps"] += 1
         self.clear()
-
-
-def at_once(calls: list[Callable[[], Any]]) -> list[Any]:
-    barrier = threading.Barrier(len(calls))
-    results: list[Any] = [None] * len(calls)
-
-    def run(k: int) -> None:
-        barrier.wait()
-        try:
-            results[k] = calls[k]()
-        except BaseException as exc:
-            results[k] = exc
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
 
 
 def _wait(check: Callable[[], Any], timeout: float, what: str | Callable[[], str]) -> float:

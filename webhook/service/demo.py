@@ -13,7 +13,6 @@ anything did not happen as a correct service must make it happen.
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import signal
 import subprocess
@@ -27,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import jsonpatch
 import requests
 
 from webhook.adapters import demo
@@ -74,14 +72,7 @@ def _admit(client: Client, job: Job, index: int) -> dict[str, Any]:
     """kube-apiserver: mutating admission, then name generation and the UID (they come after admission)."""
     pod = demo_scenario.pod_create(job, index)
     answer = client.post("/mutate", demo_scenario.admission_review(str(uuid.uuid4()), pod))["response"]
-    if not answer.get("allowed"):
-        raise RuntimeError(f"admission denied {job.name}: {answer.get('status', {}).get('message')}")
-    if "patch" in answer:
-        pod = jsonpatch.apply_patch(pod, base64.b64decode(answer["patch"]).decode())
-    meta = pod["metadata"]
-    meta["name"] = f"{job.name}-{index}"
-    meta["uid"] = demo.uid("pod", demo.NAMESPACE, meta["name"])
-    return pod
+    return demo_scenario.admitted(pod, answer, f"{job.name}-{index}")
 
 
 @dataclass

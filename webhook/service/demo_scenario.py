@@ -16,8 +16,11 @@ ComputeDomain's claim template names.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
+
+import jsonpatch
 
 from webhook.adapters import demo
 from webhook.domain import keys, node_labels
@@ -134,3 +137,16 @@ def channel_allocation(node: str) -> dict[str, Any]:
                                      "device": "channel-0"}]},
             "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                 {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+
+
+def admitted(pod: dict[str, Any], answer: dict[str, Any], name: str) -> dict[str, Any]:
+    """What kube-apiserver stores after our admission ``answer`` for ``pod``: the patch applied, then the
+    name and UID (generated after admission). A denial raises, naming the pod and the message."""
+    if not answer.get("allowed"):
+        raise RuntimeError(f"admission denied {name}: {answer.get('status', {}).get('message')}")
+    if "patch" in answer:
+        pod = jsonpatch.apply_patch(pod, base64.b64decode(answer["patch"]).decode())
+    meta = pod["metadata"]
+    meta["name"] = name
+    meta["uid"] = demo.uid("pod", demo.NAMESPACE, name)
+    return pod

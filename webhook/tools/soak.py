@@ -17,7 +17,6 @@ and its own record of bindings (see ``check_invariants``) and the RSS growth aft
 
 from __future__ import annotations
 
-import base64
 import copy
 import http.client
 import json
@@ -30,8 +29,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-
-import jsonpatch
 
 from webhook.adapters import demo
 from webhook.domain import keys
@@ -204,13 +201,7 @@ class Stream:
             pod = _pod_create(group, i)
             review = demo_scenario.admission_review(str(uuid.uuid4()), pod)
             answer = self.client.call("mutate", "POST", "/mutate", review)["response"]
-            if not answer.get("allowed"):
-                raise RuntimeError(f"admission denied {group.name}: {answer.get('status')}")
-            if "patch" in answer:
-                pod = jsonpatch.apply_patch(pod, base64.b64decode(answer["patch"]).decode())
-            meta = pod["metadata"]
-            meta["name"] = f"{group.name}-{i}"
-            meta["uid"] = demo.uid("pod", demo.NAMESPACE, meta["name"])
+            pod = demo_scenario.admitted(pod, answer, f"{group.name}-{i}")
             pod["status"] = {"phase": "Pending"}
             group.pods.append(pod)
         self.groups.append(group)
