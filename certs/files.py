@@ -5,6 +5,8 @@ Layout of a directory (the names a ``kubernetes.io/tls`` Secret mounts, plus the
 * ``ca.crt`` / ``ca.key``: the private CA; the key stays so a serving certificate can be re-issued
   later without changing the caBundle that the API server and kube-scheduler already trust.
 * ``tls.crt`` / ``tls.key``: the serving certificate and key.
+* ``client-<name>.crt`` / ``client-<name>.key``: client certificates from the same CA (the
+  scheduler's is ``client-imex-scheduler``), made by ``python -m certs`` or :func:`issue_client`.
 
 Every file is written atomically (a temporary file in the same directory, then ``os.replace``),
 because the server re-reads its certificate on each new connection to pick up rotations and must
@@ -22,12 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
 from certs import issue
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"
+SCHEDULER_CLIENT = "imex-scheduler"  # the scheduler's client certificate: its CN and file name
 PRIVATE_MODE = 0o600
 PUBLIC_MODE = 0o644
 # A serving certificate closer than this to its expiry is re-issued when the server starts.
@@ -105,6 +110,22 @@ def write_bundle(out_dir: StrPath, ca: issue.CertKey, serving: issue.CertKey) ->
     return paths
 
 
+def client_files(directory: StrPath, name: str) -> tuple[Path, Path]:
+    """Where the client certificate and key for ``name`` live in a certificate directory."""
+    d = Path(directory)
+    return d / f"client-{name}.crt", d / f"client-{name}.key"
+
+
+def issue_client(directory: StrPath, name: str = SCHEDULER_CLIENT, *, key_type: issue.KeyType = "ec",
+                 days: int = issue.SERVING_DAYS, now: datetime.datetime | None = None) -> tuple[Path, Path]:
+    """A client certificate (CN ``name``, clientAuth) from the CA in ``directory``; returns (cert, key)."""
+    d = Path(directory)
+    ca = read_pair(d / CA_CERT, d / CA_KEY)
+    cert, key = client_files(d, name)
+    write_pair(cert, key, issue.new_client(ca, name, key_type=key_type, days=days, now=now))
+    return cert, key
+
+
 def read_pair(cert_path: StrPath, key_path: StrPath) -> issue.CertKey:
     """Read and check a certificate and its key; errors name the file that is wrong."""
     cert_pem, key_pem = Path(cert_path).read_bytes(), Path(key_path).read_bytes()
@@ -135,9 +156,10 @@ def ensure_tls_dir(
 
     * Nothing there: create a CA and a serving certificate.
     * ``ca.crt``, ``tls.crt`` and ``tls.key`` present: reuse them, unless the serving certificate
-      misses a requested SAN, expires within ``renew_before``, does not match its key or was not
-      issued by ``ca.crt``; then re-issue it from ``ca.key``, or raise :class:`issue.CertError` if
-      that key is absent (a new CA would silently invalidate every caBundle already deployed).
+      misses a requested SAN, expires within ``renew_before``, does not match its key, was not
+      issued by ``ca.crt`` or also allows client authentication; then re-issue it from ``ca.key``,
+      or raise :class:`issue.CertError` if that key is absent (a new CA would silently invalidate
+      every caBundle already deployed).
     * Only the CA present: issue a serving certificate from it.
     """
     when = now if now is not None else datetime.datetime.now(datetime.UTC)
@@ -201,6 +223,9 @@ def _reissue_reason(
         return f"{paths.cert} expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
     if not issue.is_signed_by(cert, ca_cert):
         return f"{paths.cert} was not issued by {paths.ca_cert}"
+    if ExtendedKeyUsageOID.CLIENT_AUTH in issue.extended_key_usages(cert):
+        # Made before serving certificates became serverAuth only: it could call the extender as a client.
+        return f"{paths.cert} also allows client authentication"
     return ""
 
 

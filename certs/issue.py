@@ -1,4 +1,4 @@
-"""Pure certificate builder: a private CA and serving certificates signed by it, as PEM bytes.
+"""Pure certificate builder: a private CA and the serving and client certificates it signs, as PEM bytes.
 
 Nothing here touches the file system or the clock unless asked (``now`` is a parameter), so every
 function is a value-in, value-out step that tests can check field by field.
@@ -12,6 +12,9 @@ Why the certificates look the way they do:
   (``ca=False``), both marked critical, as RFC 5280 asks.
 * ``keyEncipherment`` is only meaningful for RSA key transport, so EC leaves get ``digitalSignature``
   alone (Go's verifier and OpenSSL both accept that for ECDHE).
+* Each leaf has one extended key usage: serverAuth for the Service, clientAuth for the scheduler (and
+  any other caller). The server verifies client certificates against the same CA, and OpenSSL checks
+  the purpose, so the serving certificate cannot be used to call the extender.
 * ``not_before`` is a few minutes in the past: a freshly created certificate must not be rejected as
   "not yet valid" by an API server whose clock runs slightly behind ours.
 """
@@ -182,11 +185,48 @@ def new_serving(
     rsa_bits: int = DEFAULT_RSA_BITS,
     now: datetime.datetime | None = None,
 ) -> CertKey:
-    """A TLS server (and client) certificate for the given names, signed by ``ca``.
+    """A TLS server certificate for the given names, signed by ``ca``.
 
+    serverAuth only: a server whose key leaks must not be able to call the extender as a client, and a
+    server that verifies client certificates against the same CA must not accept this one.
     ``not_after`` is clamped to the CA's own expiry, since no verifier accepts a chain past that.
     """
     sans = subject_alt_names(dns_names, ip_addresses)
+    # The CN is informational only (verifiers use the SANs), but humans read it in `openssl x509`.
+    first = sans[0]
+    common_name = first.value if isinstance(first, x509.DNSName) else str(first.value)
+    return _leaf(ca, common_name, (), [ExtendedKeyUsageOID.SERVER_AUTH], sans, key_type, days, rsa_bits, now)
+
+
+def new_client(
+    ca: CertKey,
+    common_name: str,
+    organizations: Sequence[str] = (),
+    key_type: KeyType = "ec",
+    days: int = SERVING_DAYS,
+    *,
+    rsa_bits: int = DEFAULT_RSA_BITS,
+    now: datetime.datetime | None = None,
+) -> CertKey:
+    """A TLS client certificate (clientAuth only) for ``common_name``, signed by ``ca``: what
+    kube-scheduler presents to the extender. Kubernetes reads CN as the user and O as the groups."""
+    if not common_name or len(common_name) > 64:
+        raise CertError("a client certificate needs a common name of 1 to 64 characters")
+    return _leaf(ca, common_name, organizations, [ExtendedKeyUsageOID.CLIENT_AUTH], None, key_type, days,
+                 rsa_bits, now)
+
+
+def _leaf(
+    ca: CertKey,
+    common_name: str,
+    organizations: Sequence[str],
+    usages: list[x509.ObjectIdentifier],
+    sans: list[x509.GeneralName] | None,
+    key_type: KeyType,
+    days: int,
+    rsa_bits: int,
+    now: datetime.datetime | None,
+) -> CertKey:
     ca_cert, ca_key = ca.certificate(), ca.private_key()
     try:
         is_ca = ca_cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
@@ -202,12 +242,11 @@ def new_serving(
         aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
     except x509.ExtensionNotFound:  # a CA made elsewhere may lack it; derive the same value
         aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
-    # The CN is informational only (verifiers use the SANs), but humans read it in `openssl x509`.
-    first = sans[0]
-    common_name = first.value if isinstance(first, x509.DNSName) else str(first.value)
-    cert = (
+    subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .subject_name(x509.Name(subject))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -218,17 +257,24 @@ def new_serving(
             _key_usage(key_encipherment=isinstance(key, rsa.RSAPrivateKey)),
             critical=True,
         )
-        .add_extension(
-            # clientAuth as well, so the same tool can make a client certificate for mutual TLS.
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(aki, critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = (
+        builder.add_extension(aki, critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return CertKey(_cert_pem(cert), _key_pem(key))
+
+
+def extended_key_usages(cert: x509.Certificate) -> list[x509.ObjectIdentifier]:
+    """The certificate's extended key usages ([] when it has none, which means any usage)."""
+    try:
+        return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    except x509.ExtensionNotFound:
+        return []
 
 
 def san_strings(cert: x509.Certificate) -> list[str]:

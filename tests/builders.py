@@ -8,6 +8,7 @@ from webhook.adapters import demo
 from webhook.domain import keys
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 
 
@@ -48,7 +49,8 @@ def store(objects: list[dict[str, Any]], policy: Policy | None = None,
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         by_kind.setdefault(obj["kind"], []).append(obj)
-    for kind in ("Node", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job", "Pod"):
+    for kind in ("Node", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job", *workload_tables.KINDS,
+                 "Pod"):
         s.replace(kind, by_kind.get(kind, []))
     if fabric_free:
         s.set_fabric_free(fabric_free)

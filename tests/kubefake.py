@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -86,6 +86,13 @@ KINDS: dict[str, Kind] = {k.plural: k for k in (
     Kind("imex-webhook.io", "v1alpha1", "domainreservations", "DomainReservation", False),
     Kind("imex-webhook.io", "v1alpha1", "fabricattachments", "FabricAttachment", False),
     Kind("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Kind("events.k8s.io", "v1", "events", "Event", True),
+    # What groups come from besides our own sources (docs/GROUPS.md); served unless a test uninstalls them.
+    Kind("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", True),
+    Kind("scheduling.k8s.io", "v1alpha1", "workloads", "Workload", True),
+    Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True),
+    Kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True),
+    Kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True),
 )}
 CRDS = ("computedomains", "domainreservations", "fabricattachments")
 # Kinds whose status is a subresource: writes to the object ignore status, writes to /status only touch it.
@@ -116,6 +123,14 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     bindings: list[Obj] = attrs.field(factory=list)  # every binding request: namespace, name, body, status
     watching: Counter[str] = attrs.field(factory=Counter)  # open watches by plural
     closing: bool = False
+    # Called with every request before it is served: one that returns a response answers it (a fault), one
+    # that returns None lets it through (after a delay, if it awaited one). Cheaper than a kmock reaction,
+    # which re-filters the whole request history for every request.
+    interceptors: list[Callable[[kmock.Request], Awaitable[Any]]] = attrs.field(factory=list)
+    # Keep only about this many requests in kmock's history (None: all). Each request is matched against
+    # the history, so a long run (the chaos tests) slows down quadratically without a bound; tests that
+    # count requests keep the default.
+    history_limit: int | None = None
     _revision: int = attrs.field(default=0, init=False)
     _log: list[_Event] = attrs.field(factory=list, init=False)
     _log_revisions: list[int] = attrs.field(factory=list, init=False)
@@ -152,6 +167,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request: kmock.Request) -> Any:
         if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
             return await self._render_error(_error(401, "Unauthorized", "Unauthorized"))
+        if self.history_limit is not None and len(self._requests) > 2 * self.history_limit:
+            del self._requests[:-self.history_limit]
+        for intercept in tuple(self.interceptors):
+            answer = await intercept(request)
+            if answer is not None:
+                return answer
         # Skip KubernetesEmulator._handle (its blind merge-writes); keep RawHandler's dispatch.
         return await kmock.RawHandler._handle(self, request)
 

@@ -21,31 +21,39 @@ def _serve(ns: argparse.Namespace) -> int:
     logs.configure(config.log_format, config.log_level)
     try:
         return server.serve(config)
-    except Exception as exc:  # start-up failures: one clear line, not a traceback
-        if not isinstance(exc, OSError | ValueError | RuntimeError):
-            raise
+    except settings.SettingsError as exc:  # an input that cannot work, found before anything started
+        print(f"imex-webhook serve: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, RuntimeError) as exc:  # start-up failures: one clear line, not a traceback
         print(f"imex-webhook serve: cannot start: {exc}", file=sys.stderr)
         return 1
+    except SystemExit as exc:  # gunicorn stops its master this way; the worker said why on the line above
+        code = exc.code if isinstance(exc.code, int) else 1
+        if code:
+            print(f"imex-webhook serve: stopped with status {code}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return 130
 
 
 def _certs(args: list[str]) -> int:
-    """``python -m certs``, plus the scheduler's caData in the kustomize component it writes."""
-    from pathlib import Path
-
+    """``python -m certs`` under our name, plus the scheduler's configuration in the component it writes."""
     from certs import cli as certs_cli
     from certs import files as certs_files
     from webhook.service import deploy
 
-    # --fabric is ours, not the certificate tool's: the scheduler config it renders ignores nvidia.com/gpu.
-    fabric = "--fabric" in args
-    args = [a for a in args if a != "--fabric"]
-    code = certs_cli.main(args)
-    known, _ = certs_cli.build_parser().parse_known_args(args)
-    if code == 0 and getattr(known, "kustomize", None):
-        ca_pem = (Path(known.out) / certs_files.CA_CERT).read_bytes()
-        written = deploy.add_scheduler_ca_to_component(Path(known.kustomize), ca_pem, fabric)
-        print(f"wrote {written} (extender tlsConfig.caData)", file=sys.stderr)
-    return code
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--fabric", action="store_true",
+                       help="with --kustomize: render the scheduler profile for fabric mode (NodeResourcesFit "
+                            "ignores nvidia.com/gpu, which is attached at bind time)")
+
+    def after(ns: argparse.Namespace) -> None:
+        if ns.kustomize is not None:
+            ca_pem = (ns.out / certs_files.CA_CERT).read_bytes()
+            written = deploy.add_scheduler_ca_to_component(ns.kustomize, ca_pem, ns.fabric)
+            print(f"wrote {written} (extender tlsConfig.caData, certFile, keyFile)", file=sys.stderr)
+
+    return certs_cli.main(args, prog="imex-webhook certs", add_arguments=add_arguments, after=after)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,7 +77,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("soak", help="a long mixed request stream against serve: resources, latency, invariants",
                    add_help=False)
     sub.add_parser("demo", help="play a scenario through the real endpoints on the demo cluster", add_help=False)
-    sub.add_parser("certs", help="create a CA and a serving certificate for the Service",
+    sub.add_parser("explain", help="ask a running service where a group is placed and why a pod waits",
+                   add_help=False)
+    sub.add_parser("certs", help="create a CA, the Service's serving certificate and the scheduler's client "
+                                 "certificate",
                            add_help=False, description="Same as python -m certs; see --help.")
     return top
 
@@ -89,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from webhook.fabric_sim import cli as fabric_sim_cli
 
         return fabric_sim_cli.main(args[1:])
+    if args[:1] == ["explain"]:
+        from webhook.tools import explain
+
+        return explain.main(args[1:])
     if args[:1] == ["demo"]:
         from webhook.service import demo
 

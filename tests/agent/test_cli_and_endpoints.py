@@ -4,23 +4,28 @@ Covered: ``--once --dry-run`` prints the node patch and the hot-add it would mak
 ``--once`` patches the Node once and a second run finds nothing to change; a scenario without an API server runs on an
 in-memory Node; bad flags and scenarios exit with one clear line; ``/healthz``, ``/readyz`` (503 with the
 reason while NVML is missing, 200 once NVML works and the API server answered) and ``/metrics`` (GPUs by
-health, hot-add and release outcomes and durations); the endpoints served over HTTP.
+health, hot-add and release outcomes and durations); the endpoints served over HTTP, on loopback unless
+``--listen`` says otherwise, and the DaemonSet's listen address the one its probes and network policy use.
+Hostile requests: tests/agent/test_agent_http_hostile.py.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.agent.conftest import Make, scenario_path
 from tests.kubefake import KubeFake
 from webhook.agent import cli, inventory
 from webhook.agent.loop import Agent
 from webhook.agent.server import ProbeServer, create_app
+from webhook.agent.settings import from_args
 from webhook.agent.simulated import MemoryNodeApi
 from webhook.domain import attachments as fa
 from webhook.domain import keys
@@ -169,3 +174,40 @@ def test_the_endpoints_are_served_over_http(simulate: Make) -> None:
     finally:
         server.stop()
     assert body["ready"] is True
+
+
+def test_the_endpoints_listen_on_loopback_unless_told_otherwise() -> None:
+    parsed = cli.parser().parse_args(["--node", "n1"])
+
+    assert from_args(parsed).listen == "127.0.0.1:8081"
+    assert from_args(cli.parser().parse_args(["--node", "n1", "--listen", "0.0.0.0:9000"])).listen == "0.0.0.0:9000"
+    assert from_args(cli.parser().parse_args(["--node", "n1", "--listen", "none"])).listen == ""
+
+
+def test_the_daemonset_listens_where_its_probes_and_prometheus_knock() -> None:
+    manifest = Path(__file__).parents[2] / "manifests" / "agent.yaml"
+    (daemonset,) = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    listen = next(a.split("=", 1)[1] for a in container["args"] if a.startswith("--listen="))
+    host, _, port = listen.rpartition(":")
+    assert host == "0.0.0.0" and not daemonset["spec"]["template"]["spec"].get("hostNetwork")  # the pod's own IPs
+    assert {p["containerPort"] for p in container["ports"]} == {int(port)}
+    assert container["readinessProbe"]["httpGet"]["port"] == container["ports"][0]["name"]
+
+
+def test_the_endpoints_served_over_http_keep_gpus_for_loopback(simulate: Make) -> None:
+    agent = _agent(simulate, "nvl72-tray")
+    agent.pass_once()
+    server = ProbeServer(agent, "127.0.0.1:0").start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/gpus", timeout=5) as answer:
+            local: Any = json.loads(answer.read())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{server.port}/gpus", method="POST"),
+                                   timeout=5)
+        body = json.loads(refused.value.read())
+        refused.value.close()
+    finally:
+        server.stop()
+    assert [g["uuid"] for g in local["gpus"]] and refused.value.code == 405
+    assert body == {"error": "method 'POST' is not allowed on '/gpus'; use GET", "status": 405}

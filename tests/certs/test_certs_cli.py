@@ -2,9 +2,10 @@
 
 Covered: stdout is only the base64 caBundle and decodes to ``ca.crt``; stderr lists the files and
 SANs; Service names, ``--dns`` and ``--ip`` all end up as SANs; ``--key-type rsa`` with
-``--rsa-bits`` and ``--days``; ``--reuse-ca`` keeps the CA; ``--kustomize`` writes a valid
-kustomize Component (JSON6902 patch of the MutatingWebhookConfiguration's caBundle, the scheduler's
-CA Secret) using the module's name constants; usage errors exit 2; an unwritable output directory or
+``--rsa-bits`` and ``--days``; ``--reuse-ca`` keeps the CA; the scheduler's client certificate (and one
+per ``--client``) is written with a 0600 key; ``--kustomize`` writes a valid kustomize Component
+(JSON6902 patch of the MutatingWebhookConfiguration's caBundle, the scheduler's CA Secret, its client
+certificate Secret, 0600) using the module's name constants; usage errors exit 2; an unwritable output directory or
 a missing CA exits 1 with a one-line message naming the path.
 """
 
@@ -17,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import cli, files, issue
 
@@ -95,13 +98,13 @@ def test_kustomize_writes_a_component_that_installs_the_ca_bundle(
     assert code == 0, err
     bundle = out.strip()
     assert sorted(p.name for p in kdir.iterdir()) == sorted(
-        [cli.KUSTOMIZATION_FILE, cli.WEBHOOK_PATCH_FILE, cli.EXTENDER_CA_SECRET_FILE]
+        [cli.KUSTOMIZATION_FILE, cli.WEBHOOK_PATCH_FILE, cli.EXTENDER_CA_SECRET_FILE, cli.SCHEDULER_CLIENT_SECRET_FILE]
     )
 
     kustomization = load_yaml(kdir / cli.KUSTOMIZATION_FILE)
     assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
     assert kustomization["kind"] == "Component"
-    assert kustomization["resources"] == [cli.EXTENDER_CA_SECRET_FILE]
+    assert kustomization["resources"] == [cli.EXTENDER_CA_SECRET_FILE, cli.SCHEDULER_CLIENT_SECRET_FILE]
     [patch_ref] = kustomization["patches"]
     assert patch_ref["path"] == cli.WEBHOOK_PATCH_FILE
     assert patch_ref["target"] == {
@@ -120,6 +123,54 @@ def test_kustomize_writes_a_component_that_installs_the_ca_bundle(
     assert secret["metadata"] == {"name": cli.EXTENDER_CA_SECRET_NAME, "namespace": "imex-system"}
     assert secret["data"] == {cli.EXTENDER_CA_SECRET_KEY: bundle}
     assert base64.b64decode(bundle) == (tmp_path / "tls" / "ca.crt").read_bytes()
+
+
+def test_the_component_carries_the_schedulers_client_certificate_in_a_private_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kdir = tmp_path / "component"
+    code, _, err = run(capsys, *SERVICE_ARGS, "--out", str(tmp_path / "tls"), "--kustomize", str(kdir))
+    assert code == 0, err
+    path = kdir / cli.SCHEDULER_CLIENT_SECRET_FILE
+    assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)  # it holds a private key
+    secret = load_yaml(path)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"] == {"name": cli.SCHEDULER_CLIENT_SECRET_NAME, "namespace": "imex-system"}
+    data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    cert_path, key_path = files.client_files(tmp_path / "tls", files.SCHEDULER_CLIENT)
+    assert data == {"tls.crt": cert_path.read_bytes(), "tls.key": key_path.read_bytes(),
+                    "ca.crt": (tmp_path / "tls" / "ca.crt").read_bytes()}
+    kubernetes_validate.validate(secret, "1.34.0", strict=True)
+    assert cli.SCHEDULER_CLIENT_CERT_FILE == f"{cli.SCHEDULER_CLIENT_DIR}/tls.crt"
+    assert cli.SCHEDULER_CLIENT_KEY_FILE == f"{cli.SCHEDULER_CLIENT_DIR}/tls.key"
+
+
+def test_client_certificates_are_written_for_the_scheduler_and_each_client_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, *SERVICE_ARGS, "--out", str(tmp_path), "--client", "kube-apiserver")
+    assert code == 0, err
+    ca = issue.load_certificate((tmp_path / "ca.crt").read_bytes())
+    for name in (files.SCHEDULER_CLIENT, "kube-apiserver"):
+        cert_path, key_path = files.client_files(tmp_path, name)
+        assert str(cert_path) in err
+        assert oct(os.stat(key_path).st_mode & 0o777) == oct(0o600)
+        cert = files.read_pair(cert_path, key_path).certificate()
+        assert cert.subject.rfc4514_string() == f"CN={name}"
+        assert issue.is_signed_by(cert, ca)
+        assert issue.extended_key_usages(cert) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_reuse_ca_reissues_the_client_certificate_from_the_same_ca(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, *SERVICE_ARGS, "--out", str(tmp_path))[0] == 0
+    cert_path, _ = files.client_files(tmp_path, files.SCHEDULER_CLIENT)
+    before = cert_path.read_bytes()
+    assert run(capsys, *SERVICE_ARGS, "--out", str(tmp_path), "--reuse-ca")[0] == 0
+    assert cert_path.read_bytes() != before
+    ca = issue.load_certificate((tmp_path / "ca.crt").read_bytes())
+    assert issue.is_signed_by(issue.load_certificate(cert_path.read_bytes()), ca)
 
 
 def test_the_scheduler_ca_file_path_is_inside_the_secret_mount() -> None:
@@ -141,6 +192,9 @@ def test_the_scheduler_ca_file_path_is_inside_the_secret_mount() -> None:
         ([*SERVICE_ARGS, "--out", "OUT", "--key-type", "dsa"], "invalid choice"),
         ([*SERVICE_ARGS, "--out", "OUT", "--rsa-bits", "1024"], "invalid choice"),
         (["--service", "Imex_Webhook", "--namespace", "ns", "--out", "OUT"], "not a DNS label"),
+        ([*SERVICE_ARGS, "--out", "OUT", "--client", "../escape"], "a client name is"),
+        ([*SERVICE_ARGS, "--out", "OUT", "--client", "x" * 65], "a client name is"),
+        ([*SERVICE_ARGS, "--out", "OUT", "--client", ""], "a client name is"),
     ],
 )
 def test_usage_errors_exit_2_and_write_nothing(

@@ -5,8 +5,10 @@ from the moment they exist (no chmod); writes replace files atomically and leave
 even when the replace fails; the caBundle is base64 of the CA PEM; ``read_pair`` names the bad file;
 ``ensure_tls_dir`` creates everything in an empty directory, reuses a good set untouched, and
 re-issues the serving certificate from the existing CA when a SAN is missing, it expires within
-7 days, or the key does not match, failing clearly when the CA key is absent, the CA is expiring or
-the set is incomplete; a re-issued certificate is trusted through the unchanged ``ca.crt``.
+7 days, the key does not match, or it also allows client authentication (made before serving
+certificates became serverAuth only), failing clearly when the CA key is absent, the CA is expiring or
+the set is incomplete; a re-issued certificate is trusted through the unchanged ``ca.crt``;
+``issue_client`` makes a client certificate from the directory's CA, its key 0600.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import files, issue
 
@@ -169,6 +172,37 @@ def test_a_key_that_does_not_match_its_cert_is_reissued(tmp_path: Path) -> None:
     result = files.ensure_tls_dir(tmp_path, NAMES)
     assert result.reissued and "does not match" in result.reason
     files.read_pair(result.paths.cert, result.paths.key)  # consistent again
+
+
+def test_a_serving_cert_that_also_allows_client_auth_is_reissued_for_servers_only(tmp_path: Path) -> None:
+    made = files.ensure_tls_dir(tmp_path, NAMES)
+    ca = files.read_pair(made.paths.ca_cert, tmp_path / "ca.key")
+    # What earlier versions issued: serverAuth and clientAuth on the serving certificate.
+    both = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    old = issue._leaf(ca, NAMES[0], (), both, issue.subject_alt_names(NAMES, []), "ec", 365,
+                      issue.DEFAULT_RSA_BITS, None)
+    files.write_pair(made.paths.cert, made.paths.key, old)
+    result = files.ensure_tls_dir(tmp_path, NAMES)
+    assert result.reissued and "also allows client authentication" in result.reason
+    cert = issue.load_certificate(result.paths.cert.read_bytes())
+    assert issue.extended_key_usages(cert) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert not files.ensure_tls_dir(tmp_path, NAMES).reissued
+
+
+def test_issue_client_makes_the_schedulers_certificate_from_the_directory_ca(tmp_path: Path) -> None:
+    made = files.ensure_tls_dir(tmp_path, NAMES)
+    cert_path, key_path = files.issue_client(tmp_path)
+    assert (cert_path, key_path) == files.client_files(tmp_path, files.SCHEDULER_CLIENT)
+    assert mode(key_path) == files.PRIVATE_MODE
+    pair = files.read_pair(cert_path, key_path)
+    assert issue.is_signed_by(pair.certificate(), issue.load_certificate(made.paths.ca_cert.read_bytes()))
+    assert issue.extended_key_usages(pair.certificate()) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_issue_client_without_a_ca_names_the_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as caught:
+        files.issue_client(tmp_path)
+    assert caught.value.filename == str(tmp_path / "ca.crt")
 
 
 def test_a_serving_cert_from_another_ca_is_reissued(tmp_path: Path, ec_serving: issue.CertKey) -> None:

@@ -78,14 +78,14 @@ def test_the_ca_may_sign_leaves_but_no_further_cas(ec_ca: issue.CertKey) -> None
     assert cert.issuer == cert.subject
 
 
-def test_the_serving_cert_is_an_end_entity_for_server_and_client_auth(
+def test_the_serving_cert_is_an_end_entity_for_server_auth_only(
     ec_ca: issue.CertKey, ec_serving: issue.CertKey
 ) -> None:
     cert, ca_cert = ec_serving.certificate(), ec_ca.certificate()
     constraints = ext(cert, x509.BasicConstraints)
     assert constraints.critical and constraints.value.ca is False
     eku = ext(cert, x509.ExtendedKeyUsage).value
-    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
     aki = ext(cert, x509.AuthorityKeyIdentifier).value
     assert aki.key_identifier == ext(ca_cert, x509.SubjectKeyIdentifier).value.digest
     assert cert.issuer == ca_cert.subject
@@ -198,3 +198,42 @@ def test_garbage_pem_raises_a_cert_error() -> None:
         issue.load_certificate(b"nope")
     with pytest.raises(issue.CertError, match="private key"):
         issue.load_private_key(b"nope")
+
+
+def test_the_client_cert_is_an_end_entity_for_client_auth_only_with_its_names(ec_ca: issue.CertKey) -> None:
+    pair = issue.new_client(ec_ca, "imex-scheduler", ["imex:schedulers"], now=NOW)
+    cert, ca_cert = pair.certificate(), ec_ca.certificate()
+    assert ext(cert, x509.BasicConstraints).value.ca is False
+    assert list(ext(cert, x509.ExtendedKeyUsage).value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "imex-scheduler"
+    assert cert.subject.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME)[0].value == "imex:schedulers"
+    assert issue.san_strings(cert) == []  # a client is named by its CN; it serves nothing
+    assert issue.is_signed_by(cert, ca_cert)
+    assert issue.key_matches(pair)
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65])
+def test_a_client_cert_needs_a_common_name_of_sensible_length(ec_ca: issue.CertKey, name: str) -> None:
+    with pytest.raises(issue.CertError, match="common name"):
+        issue.new_client(ec_ca, name)
+
+
+def test_a_leaf_cannot_issue_client_certs_either(ec_serving: issue.CertKey) -> None:
+    with pytest.raises(issue.CertError, match="not a CA"):
+        issue.new_client(ec_serving, "imex-scheduler")
+
+
+def test_the_client_cert_never_outlives_its_ca() -> None:
+    ca = issue.new_ca(days=10, now=NOW)
+    client = issue.new_client(ca, "imex-scheduler", days=365, now=NOW)
+    assert client.certificate().not_valid_after_utc == ca.certificate().not_valid_after_utc
+
+
+@pytest.mark.parametrize(("fixture", "usages"), [
+    ("ec_serving", [ExtendedKeyUsageOID.SERVER_AUTH]),
+    ("ec_ca", []),
+])
+def test_extended_key_usages_lists_what_the_certificate_carries(
+    request: pytest.FixtureRequest, fixture: str, usages: list[x509.ObjectIdentifier]
+) -> None:
+    assert issue.extended_key_usages(request.getfixturevalue(fixture).certificate()) == usages

@@ -1,7 +1,8 @@
 """The certificates work with real TLS stacks, not only with our own parser.
 
-Covered, for EC and RSA: ``openssl verify`` accepts the chain (strict X.509 checks, server and client
-purposes) and rejects it against another CA; the pair loads into ``ssl.SSLContext.load_cert_chain``;
+Covered, for EC and RSA: ``openssl verify`` accepts the chain (strict X.509 checks) of the serving
+certificate for the server purpose only and of the scheduler's client certificate for the client purpose
+only, and rejects it against another CA; the pair loads into ``ssl.SSLContext.load_cert_chain``;
 a TLS handshake on 127.0.0.1 succeeds for the ServerName kube-apiserver sends (``svc.ns.svc``) and
 for the IP SAN, and fails for a name the certificate does not carry or a client trusting another CA.
 """
@@ -37,11 +38,27 @@ def openssl_verify(ca_cert: Path, cert: Path, *options: str) -> subprocess.Compl
 
 
 @needs_openssl
-@pytest.mark.parametrize("purpose", ["sslserver", "sslclient"])
-def test_openssl_verifies_the_chain_strictly_for_both_purposes(bundle: files.TlsPaths, purpose: str) -> None:
-    result = openssl_verify(bundle.ca_cert, bundle.cert, "-x509_strict", "-purpose", purpose)
+def test_openssl_verifies_the_serving_chain_strictly_for_servers(bundle: files.TlsPaths) -> None:
+    result = openssl_verify(bundle.ca_cert, bundle.cert, "-x509_strict", "-purpose", "sslserver")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith(": OK")
+
+
+@needs_openssl
+def test_openssl_refuses_the_serving_certificate_as_a_client(bundle: files.TlsPaths) -> None:
+    result = openssl_verify(bundle.ca_cert, bundle.cert, "-x509_strict", "-purpose", "sslclient")
+    assert result.returncode != 0
+    assert "unsuitable certificate purpose" in result.stdout + result.stderr
+
+
+@needs_openssl
+@pytest.mark.parametrize(("purpose", "accepted"), [("sslclient", True), ("sslserver", False)])
+def test_openssl_takes_the_scheduler_certificate_as_a_client_only(
+    bundle: files.TlsPaths, purpose: str, accepted: bool
+) -> None:
+    cert, _ = files.issue_client(bundle.ca_cert.parent)
+    result = openssl_verify(bundle.ca_cert, cert, "-x509_strict", "-purpose", purpose)
+    assert (result.returncode == 0) is accepted, result.stdout + result.stderr
 
 
 @needs_openssl

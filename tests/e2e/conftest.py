@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
+from certs import files as cert_files
+from certs import issue as cert_issue
 from tests import serving
 from tests.e2e import objects
 from tests.e2e.controlplane import RELEASE, ControlPlane, build
@@ -121,8 +124,26 @@ class RealCluster:
 
     @property
     def tls_dir(self) -> Path:
-        """One serving certificate for every replica, as one Secret serves a Deployment's pods."""
-        return self.workdir / "tls"
+        """One serving certificate for every replica, as one Secret serves a Deployment's pods; made here
+        (with the names ``serve --tls-dir`` asks for) with the scheduler's client certificate from the same
+        CA, which every replica requires of extender callers (--client-ca), as deployed."""
+        tls = self.workdir / "tls"
+        if not cert_files.client_files(tls, cert_files.SCHEDULER_CLIENT)[0].exists():
+            names = ["localhost", *cert_issue.service_dns_names(deploy.SERVICE_NAME, deploy.NAMESPACE)]
+            cert_files.ensure_tls_dir(tls, names, ["127.0.0.1", "::1"])
+            cert_files.issue_client(tls, cert_files.SCHEDULER_CLIENT)
+        return tls
+
+    @property
+    def scheduler_client(self) -> tuple[str, str]:
+        cert, key = cert_files.client_files(self.tls_dir, cert_files.SCHEDULER_CLIENT)
+        return str(cert), str(key)
+
+    def scheduler_session(self) -> requests.Session:
+        """A session presenting the scheduler's client certificate, for calls made on the scheduler's behalf."""
+        session = requests.Session()
+        session.cert = self.scheduler_client
+        return session
 
     @property
     def url(self) -> str:
@@ -133,6 +154,7 @@ class RealCluster:
         identity = self.plane.identity("webhook", WEBHOOK_USER, WEBHOOK_GROUPS)
         served = self._stack.enter_context(serving.serve(
             self.workdir / name, "--kubeconfig", str(identity.kubeconfig), "--tls-dir", str(self.tls_dir),
+            "--client-ca", str(self.tls_dir / "ca.crt"),
             # Scenarios follow each other within seconds: release a finished group's domain quickly.
             "--housekeeping-interval", "1", *extra,
             ready_timeout=60, ca=self.tls_dir / "ca.crt"))
@@ -159,10 +181,13 @@ class RealCluster:
 
     def scheduler_config(self, fabric: bool = False) -> dict[str, Any]:
         """The KubeSchedulerConfiguration ``deploy.py`` renders, pointed at the proxy on loopback; the TLS
-        server name stays the Service's DNS name, which the serving certificate carries."""
+        server name stays the Service's DNS name, which the serving certificate carries; the client
+        certificate files are the ones made for this cluster instead of the mounted Secret's paths."""
         config = deploy.scheduler_config((self.tls_dir / "ca.crt").read_bytes(), fabric=fabric)
         (extender,) = config["extenders"]
         extender["urlPrefix"] = self.url
+        assert extender["tlsConfig"]["certFile"] == deploy.SCHEDULER_CLIENT_CERT_FILE
+        extender["tlsConfig"]["certFile"], extender["tlsConfig"]["keyFile"] = self.scheduler_client
         return config
 
     def restart_scheduler(self, fabric: bool) -> None:

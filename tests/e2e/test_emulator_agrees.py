@@ -97,7 +97,8 @@ def test_the_emulator_and_the_real_scheduler_decide_alike(real_cluster: RealClus
     try:
         admitted = api.call("POST", api.path("Pod", NS), pod, params={"dryRun": "All"})
         config = cycle.parse_config(real_cluster.scheduler_config())
-        extender = ScheduleOnly(real_cluster.url, str(real_cluster.tls_dir / "ca.crt"), config.extenders[0])
+        extender = ScheduleOnly(real_cluster.url, str(real_cluster.tls_dir / "ca.crt"), config.extenders[0],
+                                session=real_cluster.scheduler_session())
         attempt = cycle.schedule(config, _cluster(api), admitted, extender)
         api.create(pod)
         node, message = _real_outcome(real_cluster, name)

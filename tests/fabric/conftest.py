@@ -17,6 +17,7 @@ from webhook.fabric_sim.compose import Simulator
 AUTH = ("admin", "admin")
 BLOCKS = "/redfish/v1/CompositionService/ResourceBlocks"
 SYSTEMS = "/redfish/v1/Systems"
+SESSIONS = "/redfish/v1/SessionService/Sessions"
 
 
 def inventory(**options: Any) -> inv.Inventory:
@@ -59,6 +60,18 @@ class Sim:
         self.http.trust_env = False  # else REQUESTS_CA_BUNDLE would override verify (psf/requests#3829)
         self.http.auth = AUTH
         self.http.verify = str(running.ca_cert) if running.ca_cert else True
+        self.session_uri = ""
+        if not running.simulator.options.basic_auth:  # a sessions-only service: the helper logs in too
+            token, self.session_uri = self.login()
+            self.http.auth = None
+            self.http.headers["X-Auth-Token"] = token
+
+    def login(self, user: str = AUTH[0], password: str = AUTH[1]) -> tuple[str, str]:
+        """A new Redfish session: (token, session URI)."""
+        resp = requests.post(self.url + SESSIONS, json={"UserName": user, "Password": password}, timeout=10,
+                             verify=self.http.verify)
+        assert resp.status_code == 201, resp.text
+        return resp.headers["X-Auth-Token"], resp.headers["Location"]
 
     def state(self) -> dict[str, Any]:
         body: dict[str, Any] = self.http.get(self.url + "/admin/state", timeout=10).json()
@@ -82,6 +95,8 @@ class Sim:
         return RedfishClient(self.url, *AUTH, verify, **settings)
 
     def close(self) -> None:
+        if self.session_uri:
+            self.http.delete(self.url + self.session_uri, timeout=10)
         self.http.close()
         self.running.stop()
 

@@ -132,7 +132,9 @@ def test_a_block_composed_without_an_attachment_is_recovered(served: serving.Ser
     assert reply.status_code in (200, 202, 204), reply.text
     eventually(lambda: composed(sim) != {}, timeout=5)
     eventually(lambda: composed(sim) == {}, timeout=15, what="the orphan released after its grace period")
-    assert 'action="orphan-detached"' in served.get("/metrics").text
+    # Counted once the reconciler's detach call returns, a moment after the simulator let the block go.
+    eventually(lambda: 'action="orphan-detached"' in served.get("/metrics").text, timeout=5,
+               what="the recovery counted")
 
 
 def test_two_pods_racing_for_the_last_free_block_one_binds_the_other_is_told_why(served: serving.Served,
@@ -172,3 +174,26 @@ def test_no_block_is_left_composed_without_an_attachment(served: serving.Served,
         return len([b for b in composed(sim) if b not in owned])
 
     eventually(lambda: leaks() == 0, timeout=15, what="no leaked block")
+
+
+def test_a_fabric_manager_that_refuses_basic_is_served_through_one_session_logged_out_at_exit(
+        tmp_path: Path) -> None:
+    spec = inventory.to_dict(inventory.demo())
+    spec["options"]["basic_auth"] = False
+    creds = tmp_path / "fabric-credentials"
+    creds.write_text("username: admin\npassword: admin\nauth: session\n")
+    with start_in_thread(inventory.from_dict(spec)) as sim:
+        with serving.serve(tmp_path / "serve", "--fabric", sim.url, "--fabric-credentials", str(creds),
+                           "--fabric-refresh", "0.2") as served:
+            node, reply = schedule(served, pod_body("behind-sessions"))
+            assert reply == {"Error": ""}, reply
+            assert sorted(composed(sim).values()) == [node] * 2
+            during = admin(sim, "/admin/state")["sessions"]
+            assert (during["open"], during["logins"], during["refused_tokens"]) == (1, 1, 0)
+            sim.simulator.sessions.drop_all()  # the fabric manager restarts: every token is void at once
+            eventually(lambda: admin(sim, "/admin/state")["sessions"]["logins"] == 2, timeout=10,
+                       what="one new login after the restart")
+            _, reply = schedule(served, pod_body("after-restart"))
+            assert reply == {"Error": ""}, reply
+        after = admin(sim, "/admin/state")["sessions"]
+        assert (after["open"], after["logins"], after["logouts"]) == (0, 2, 1)  # logged out on shutdown

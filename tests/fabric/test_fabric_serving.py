@@ -85,9 +85,10 @@ def _csdl() -> Path | None:
     return None
 
 
-def _busy_simulator(start_sim: Callable[..., Sim]) -> Sim:
+def _busy_simulator(start_sim: Callable[..., Sim], basic_auth: bool = True) -> Sim:
     """Every payload variant the validator should see: tasks in four states, blocks in every state, pages."""
-    sim = start_sim(inventory(compose_delay_s=0.05, page_size=3, faults={"fail_compose": ["ga-2"]}))
+    sim = start_sim(inventory(compose_delay_s=0.05, page_size=3, basic_auth=basic_auth,
+                              faults={"fail_compose": ["ga-2"]}))
     with sim.client() as client:
         client.attach(f"{SYSTEMS}/a-0", ["ga-0"], deadline())  # task 1: Completed
         with pytest.raises(Exception, match="ga-2"):
@@ -103,8 +104,11 @@ def _busy_simulator(start_sim: Callable[..., Sim]) -> Sim:
     return sim
 
 
+@pytest.mark.parametrize("authtype", ["Basic", "Session"])
 def test_the_redfish_service_validator_finds_no_failure_in_the_whole_tree(start_sim: Callable[..., Sim],
-                                                                        tmp_path: Path) -> None:
+                                                                        tmp_path: Path, authtype: str) -> None:
+    """With Basic, and with a session against a service that refuses Basic (the validator's own default):
+    then the tree includes the Sessions collection and its members."""
     pytest.importorskip("redfish_service_validator", reason="pip install redfish-service-validator")
     csdl = _csdl()
     if csdl is None:
@@ -115,12 +119,12 @@ def test_the_redfish_service_validator_finds_no_failure_in_the_whole_tree(start_
     for xml in csdl.glob("*.xml"):
         (schemas / xml.name).symlink_to(xml)
     (schemas / OEM_SCHEMA.name).symlink_to(OEM_SCHEMA)
-    sim = _busy_simulator(start_sim)
+    sim = _busy_simulator(start_sim, basic_auth=authtype == "Basic")
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from redfish_service_validator.console_scripts import main; "
                                "sys.argv[0] = 'rf_service_validator'; main()",
-         "--rhost", sim.url, "--user", AUTH[0], "--password", AUTH[1], "--authtype", "Basic",
+         "--rhost", sim.url, "--user", AUTH[0], "--password", AUTH[1], "--authtype", authtype,
          "--schema_directory", str(schemas), "--skipschema", "--payload", "Tree", "/redfish/v1/",
          "--logdir", str(tmp_path / "logs"), "--timeout", "10"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -133,4 +137,7 @@ def test_the_redfish_service_validator_finds_no_failure_in_the_whole_tree(start_
     assert (failed, warned) == (0, 0), problems or output[-3000:]
     assert passed > 500 and done.returncode == 0
     assert "Validating /redfish/v1/TaskService/Tasks/4" in output  # the tree included every task
+    if authtype == "Session":  # its own session and the test helper's, both validated
+        assert len(set(re.findall(r"Validating (/redfish/v1/SessionService/Sessions/\w+)", output))) == 2, output
+        assert sim.state()["sessions"]["open"] == 1  # the validator logged out; the helper has yet to
     assert time.monotonic() - started < 60

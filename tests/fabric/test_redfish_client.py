@@ -126,8 +126,9 @@ def test_a_required_if_match_is_learned_from_428_even_with_the_etag_only_in_the_
 
 
 def test_5xx_before_the_attach_is_retried_and_composes_once(sim: Sim) -> None:
-    sim.faults(fail_next=2, error_status=500, error_methods=["POST"])
     with sim.client() as client:
+        client.discover()  # logged in: the failures below meet the action, not the session login
+        sim.faults(fail_next=2, error_status=500, error_methods=["POST"])
         client.attach(A0, ["ga-0"], deadline())
     stats = sim.state()["stats"]
     assert (stats["injected_errors"], stats["compose_requested"]) == (2, 1)
@@ -156,8 +157,9 @@ def test_when_the_attach_fails_the_blocks_it_composed_are_rolled_back(start_sim:
 # second block whose rollback also meets errors (the leftover is then reported, not hidden).
 @pytest.mark.parametrize("seed", [0, 3, 4, 7, 18, 28])
 def test_random_5xx_on_changes_end_with_every_block_composed_or_none_unreported(sim: Sim, seed: int) -> None:
-    sim.faults(error_rate=0.5, seed=seed, error_status=500, error_methods=["POST"])
     with sim.client(retries=2) as client:
+        client.discover()  # logged in first, so the seeded draws fall on the actions as they were picked for
+        sim.faults(error_rate=0.5, seed=seed, error_status=500, error_methods=["POST"])
         try:
             client.attach(A0, ["ga-0", "ga-1"], deadline())
             outcome = ["ga-0", "ga-1"]
@@ -250,7 +252,8 @@ def test_wrong_credentials_fail_at_once_and_say_so(sim: Sim) -> None:
     with RedfishClient(sim.url, "admin", "wrong", backoff=0.01) as client, pytest.raises(FabricError) as err:
         client.discover()
     assert err.value.status == 401 and "credentials" in str(err.value)
-    assert sim.state()["stats"]["requests"] == 2  # the open service root, then one refused read
+    assert sim.state()["stats"]["requests"] == 2  # the open service root, then the refused session login
+    assert sim.state()["sessions"]["refused_logins"] == 1
 
 
 def test_a_hung_service_fails_the_attach_in_time_with_nothing_composed(sim: Sim) -> None:

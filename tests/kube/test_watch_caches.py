@@ -26,6 +26,7 @@ from webhook.adapters.kube import KubeBackend, KubeConfigError, connect
 from webhook.adapters.kube_watch import WatchSettings
 from webhook.domain import keys
 from webhook.domain.policy import Policy
+from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 
 CLIQUE = demo.clique_value("gb200-a")
@@ -48,7 +49,7 @@ def test_caches_fill_from_the_initial_lists(fake: KubeFake, connect_backend: Con
     counts = backend.store.raw_counts()
     assert counts == {"Node": len(demo.nodes()), "Pod": 4, "ResourceClaim": 0,
                       "ResourceClaimTemplate": len(demo.COMPUTE_DOMAINS), "ComputeDomain": len(demo.COMPUTE_DOMAINS),
-                      "Job": 1, "ResourceSlice": 1}
+                      "Job": 1, "ResourceSlice": 1, **{kind: 0 for kind in workload_tables.KINDS}}
     snapshot = backend.store.snapshot()
     assert snapshot.nodes["gb200-a-00"].domain == CLIQUE
     assert snapshot.nodes["hgx-00"].gpus == 8 + 2, "device-plugin GPUs plus the DRA slice's"

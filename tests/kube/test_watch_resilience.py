@@ -185,7 +185,7 @@ def test_the_stall_rule_with_an_injected_clock(fake: KubeFake, kubeconfig: Path)
         assert "the Pod watch has made no progress for 91s" in backend.ready()[1]
         fake.create("pods", builders.pod("wakes-it", gpus=1))  # an event is progress
         eventually(lambda: watcher.stalled() is None, what="the pod watch progressed")
-        assert "Pod" not in backend.ready()[1] and "Node watch" in backend.ready()[1]  # the others still idle
+        assert "the Pod watch" not in backend.ready()[1] and "Node watch" in backend.ready()[1]  # others idle
     finally:
         backend.stop()
 

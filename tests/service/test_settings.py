@@ -49,6 +49,16 @@ REFUSED = [
     (["--attach-timeout", "-1"], "--fabric-refresh and --attach-timeout must be positive"),
     (["--orphan-grace", "-1"], "--orphan-grace not negative"),
     (["--reservation-ttl", "10"], "--reservation-ttl 10: "),
+    (["--bind", "127.0.0.1:0"], "--bind '127.0.0.1:0': port 0 is out of range (1-65535)"),
+    (["--bind", "127.0.0.1:65536"], "port 65536 is out of range"),
+    (["--bind", "127.0.0.1:" + "9" * 40], "port 999999999999... is out of range"),
+    (["--bind", "127.0.0.1:\uff18\uff14\uff14\uff13"], "expected HOST:PORT"),  # fullwidth digits
+    (["--handshake-timeout", "0"], "--handshake-timeout 0: expected seconds in (0, 3600]"),
+    (["--header-timeout", "-1"], "--header-timeout -1: expected seconds in (0, 3600]"),
+    (["--body-timeout", "3601"], "--body-timeout 3601: expected seconds in (0, 3600]"),
+    (["--body-timeout", "nan"], "--body-timeout nan: expected seconds"),
+    (["--max-body", "0"], "--max-body 0: expected a positive number of bytes"),
+    (["--max-body", "4096", "--max-buffered", "4095"], "--max-buffered 4095: must hold at least one body"),
 ]
 
 
@@ -70,6 +80,8 @@ ACCEPTED = [
     ["--fabric", "embedded"],
     ["--fabric", "https://bmc:8443", "--fabric-credentials", "creds"],
     ["--housekeeping-interval", "3600", "--orphan-grace", "0"],
+    ["--handshake-timeout", "0.5", "--header-timeout", "3600", "--body-timeout", "1", "--exit-with-parent"],
+    ["--bind", "[::1]:65535", "--client-ca", "ca.crt", "--max-body", "10", "--max-buffered", "10"],
 ]
 
 

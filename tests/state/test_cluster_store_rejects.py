@@ -18,6 +18,7 @@ import pytest
 from tests import builders
 from webhook.domain import grouping, keys, parsing
 from webhook.domain.policy import Policy
+from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 
 A = "cluster-a.1"
@@ -52,7 +53,8 @@ def test_the_odd_objects_skip_themselves_only_and_are_counted_by_kind() -> None:
     assert store.pod("ml", "typed") is None
     assert snapshot.used_gpus == {"good": 4}
     assert store.rejected_counts() == {"Node": 1, "Pod": 1, "ResourceClaim": 0, "ResourceClaimTemplate": 0,
-                                       "ComputeDomain": 0, "Job": 0, "ResourceSlice": 0}
+                                       "ComputeDomain": 0, "Job": 0, "ResourceSlice": 0,
+                                       **{kind: 0 for kind in workload_tables.KINDS}}
     assert store.rejected == 2
 
 

@@ -1,7 +1,8 @@
 """The embedded cluster: Kubernetes objects from files (or the built-in demo) held in memory.
 
 Loads what ``kubectl get nodes,pods,resourceclaims,resourceclaimtemplates,computedomains,jobs -A -o yaml``
-prints, as is: multi-document YAML, or a JSON/YAML ``List`` whose items carry apiVersion and kind.
+prints (plus podgroups, workloads, jobsets, pytorchjobs, mpijobs: docs/GROUPS.md), as is: multi-document
+YAML, or a JSON/YAML ``List`` whose items carry apiVersion and kind.
 Bindings are recorded in memory as the API server would record them (spec.nodeName), and pods the
 scheduler asks about are remembered, because no watch will tell us about them. No watch tells us either
 when such a pod is deleted, so a pod learnt that way and still unbound is forgotten once no request has
@@ -30,6 +31,7 @@ from webhook.state.cluster import KINDS, ClusterStore
 from webhook.state.fabric import MemoryAttachmentStore
 from webhook.state.forgetting import Forgetting
 from webhook.state.reservations import MemoryReservationStore
+from webhook.state.workload_tables import KINDS as WORKLOAD_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +127,7 @@ class EmbeddedBackend:
         self.store.expect(KINDS)
         # Catalog objects first, so pods resolve their groups without a second pass.
         for kind in ("Node", "ResourceSlice", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job",
-                     "Pod"):
+                     *WORKLOAD_KINDS, "Pod"):
             self.store.replace(kind, self._by_kind[kind])
             self.store.mark_synced(kind)
         log.info("embedded cluster loaded from %s: %s", self.source,

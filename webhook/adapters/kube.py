@@ -1,7 +1,8 @@
 """Kubernetes mode: cluster state, reservations and bindings through a real API server.
 
 ``connect`` loads credentials (kubeconfig or in-cluster) and returns a ``KubeBackend``: watch-backed
-caches of Nodes, Pods, Jobs, ResourceClaims, ResourceClaimTemplates and ComputeDomains feeding the
+caches of Nodes, Pods, Jobs, ResourceClaims, ResourceClaimTemplates, ComputeDomains and the objects groups
+come from (PodGroups, JobSets, training jobs: docs/GROUPS.md) feeding the
 ``ClusterStore`` (``kube_watch``), reservations in DomainReservation objects (``kube_reservations``),
 and ``KubeBinder``, which creates the ``pods/binding`` subresource with the pod's UID as precondition.
 
@@ -29,12 +30,14 @@ from webhook.adapters.kube_api import (
     load_configuration,
 )
 from webhook.adapters.kube_attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
+from webhook.adapters.kube_events import EventRecorder
 from webhook.adapters.kube_node_labels import NodeDomainLabeller
 from webhook.adapters.kube_reservations import DOMAIN_RESERVATIONS, KubeReservationStore
 from webhook.adapters.kube_watch import Sink, Watcher, WatchSettings
 from webhook.domain import parsing
 from webhook.domain.errors import DecisionError, WireError
 from webhook.domain.model import Pod
+from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Binder
 from webhook.state.reservations import ReservationStore
@@ -52,22 +55,35 @@ CLUSTER_RESOURCES = (
     Resource("ComputeDomain", "resource.nvidia.com", "v1beta1", "computedomains", True),
     # GPUs of DRA-only nodes exist only as devices of the GPU driver's slices.
     Resource("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
+    # Groups from Kubernetes' gang scheduling and the workload controllers (docs/GROUPS.md): PodGroups as
+    # Kubernetes 1.37 (beta) and 1.36 (alpha) serve them, 1.35's Workloads, JobSets, training jobs.
+    Resource("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups", True),
+    Resource("PodGroup.v1alpha2", "scheduling.k8s.io", "v1alpha2", "podgroups", True),
+    Resource("Workload", "scheduling.k8s.io", "v1alpha1", "workloads", True),
+    Resource("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", True),
+    Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", True),
+    Resource("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", True),
 )
 # NVIDIA's DRA driver installs the ComputeDomain CRD; a cluster without it still has annotated and
 # fabric groups to schedule, so its absence is an empty list, not a failure.
-OPTIONAL_KINDS = frozenset({"ComputeDomain", DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind})
+OPTIONAL_KINDS = frozenset({"ComputeDomain", DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind,
+                            *workload_tables.KINDS})
+# They only refine groups: an operator who grants no access to them (403) loses that refinement, not the
+# service's readiness.
+FORBIDDEN_OK_KINDS = frozenset(workload_tables.KINDS)
 RECONCILER_LEASE = "imex-webhook-reconciler"
 STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together
-# Nine long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
+# Fifteen long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
 # connections ("pool is full") or opening a new one per bind.
-POOL_SIZE = 32
+POOL_SIZE = 40
 
 
 class KubeBinder:
     """``Binder`` on the API server: a fresh read of a pod, and its binding."""
 
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: Api, events: EventRecorder | None = None) -> None:
         self._api = api
+        self.events = events  # the engine reports through it (webhook.state.events.sink_of)
 
     def read_pod(self, namespace: str, name: str) -> Pod | None:
         try:
@@ -113,7 +129,8 @@ class KubeBackend:
         self._api = api
         self._reservations = KubeReservationStore(api, holder)
         self.reservations: ReservationStore = self._reservations
-        self.binder: Binder = KubeBinder(api)
+        self.events = EventRecorder(api, holder)  # Events about pods and ComputeDomains (kube_events)
+        self.binder: Binder = KubeBinder(api, self.events)
         self.attachments = KubeAttachmentStore(api, store)
         self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
         self._stopping = threading.Event()
@@ -126,7 +143,8 @@ class KubeBackend:
         sinks.append((DOMAIN_RESERVATIONS, self._reservations))
         sinks.append((FABRIC_ATTACHMENTS, self.attachments))
         self._watchers = [Watcher(api, resource, sink, self._stopping, optional=resource.kind in OPTIONAL_KINDS,
-                                  settings=settings) for resource, sink in sinks]
+                                  forbidden_ok=resource.kind in FORBIDDEN_OK_KINDS, settings=settings)
+                          for resource, sink in sinks]
         # Declared now, not at start(): /readyz must say "not yet" from the first moment.
         store.expect(r.kind for r in CLUSTER_RESOURCES)
 
@@ -134,6 +152,7 @@ class KubeBackend:
         if self._started:
             return
         self._started = True
+        self.events.start()
         if self.node_labels is not None:
             self.node_labels.start()
         for watcher in self._watchers:
@@ -148,6 +167,7 @@ class KubeBackend:
             watcher.join(max(0.0, deadline - time.monotonic()))
         if self.node_labels is not None:
             self.node_labels.stop(max(0.0, deadline - time.monotonic()))
+        self.events.stop(max(0.0, deadline - time.monotonic()))
         self._api.close()
 
     def ready(self) -> tuple[bool, str]:
@@ -163,6 +183,10 @@ class KubeBackend:
         if stalled:
             return False, "; ".join(stalled)
         return True, "caches synced"
+
+    def watch_health(self) -> dict[str, tuple[float, bool]]:
+        """For /metrics: per watched kind, seconds since its last progress and whether it is stalled."""
+        return {w.kind: (w.progress_age(), w.stalled() is not None) for w in self._watchers}
 
     def note_pod(self, pod: Pod) -> None:
         """Nothing to do: the pod watch delivers every pod."""

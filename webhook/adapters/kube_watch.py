@@ -9,7 +9,8 @@ The loop is client-go's reflector, reduced to what we need:
    need, so relist at once; any other failure: relist after an exponential, jittered back-off.
 
 Each relist is logged with its reason. A resource marked optional (a CRD that may not be installed)
-that answers 404 counts as synced and empty, and is looked for again now and then.
+that answers 404 counts as synced and empty, and is looked for again now and then; so does a 403 for one
+marked ``forbidden_ok`` (objects that only refine decisions, which an operator may choose not to grant).
 ``interrupt`` shuts the socket of the call in progress, so ``stop`` does not wait for a quiet watch.
 
 One event never stops a watch: an event line that is not JSON, or whose ``sink.apply`` raises, is logged
@@ -88,6 +89,9 @@ class WatchSettings:
     absent_recheck: float = 60.0  # how often an optional resource that is not served is looked for again
     page_size: int = 500  # objects per LIST page: bounded memory and answer time on a 5,000-node cluster
     stall_timeout: float = 300.0  # seconds without progress (see the module docstring) before not ready
+    # The longest pause between relists after repeated failures: once the API server is healthy again,
+    # a cache is back in step within this plus one list (tests shorten it to state a tighter bound).
+    backoff_max: float = BACKOFF_MAX
     clock: Callable[[], float] = time.monotonic
 
 
@@ -102,12 +106,13 @@ def _jitter(delay: float) -> float:
 
 class Watcher:
     def __init__(self, api: Api, resource: Resource, sink: Sink, stopping: threading.Event, *,
-                 optional: bool = False, settings: WatchSettings | None = None) -> None:
+                 optional: bool = False, forbidden_ok: bool = False, settings: WatchSettings | None = None) -> None:
         self._api = api
         self._resource = resource
         self._sink = sink
         self._stopping = stopping
         self._optional = optional
+        self._forbidden_ok = forbidden_ok  # a 403 counts as not served (least privilege is a choice)
         self._settings = settings or WatchSettings()
         self._lock = threading.Lock()
         self._response: urllib3.BaseHTTPResponse | None = None
@@ -139,6 +144,11 @@ class Watcher:
             return None
         return (f"the {self.kind} watch has made no progress for {idle:.0f}s (more than {bound:g}s)"
                 + (f": {problem}" if problem else ""))
+
+    def progress_age(self) -> float:
+        """Seconds since the last progress; an idle open watch ages up to its deadline and stays healthy."""
+        with self._lock:
+            return max(0.0, self._clock() - self._progress_at)
 
     def _progressed(self, problem: str = "") -> None:
         with self._lock:
@@ -184,7 +194,7 @@ class Watcher:
             except ApiError as exc:
                 if self._stopping.is_set():
                     return
-                if exc.status == 404 and self._optional:
+                if self._optional and (exc.status == 404 or (exc.status == 403 and self._forbidden_ok)):
                     self._not_served(exc)
                     why = "looking again for a resource that was not served"
                     continue
@@ -200,12 +210,13 @@ class Watcher:
             log.warning("%s: %s; relisting in %.1fs", self.kind, why, pause)
             if self._stopping.wait(pause):
                 return
-            delay = min(delay * 2, BACKOFF_MAX)
+            delay = min(delay * 2, self._settings.backoff_max)
 
     def _not_served(self, exc: ApiError) -> None:
         if not self._absent:
-            log.warning("%s: the API server does not serve %s (%s); treating it as empty and looking again "
-                        "every %gs", self.kind, self._resource.qualified, exc, self._settings.absent_recheck)
+            log.warning("%s: the API server does not serve %s%s (%s); treating it as empty and looking again "
+                        "every %gs", self.kind, self._resource.qualified,
+                        " to us" if exc.status == 403 else "", exc, self._settings.absent_recheck)
             self._absent = True
         self._sink.replace(self.kind, [])
         self._sink.mark_synced(self.kind)

@@ -1,16 +1,15 @@
-"""Redfish Composition Service client: the only module that talks to a fabric manager.
+"""Redfish Composition Service client: reads the inventory (zones, GPU ResourceBlocks, expandable
+ComputerSystems) by following links from the service root ``/redfish/v1/`` and nothing else, keeps a
+snapshot of free blocks per zone for the extender's capacity, and attaches / detaches blocks with
+``#ComputerSystem.AddResourceBlock`` / ``RemoveResourceBlock`` when a system advertises them, else by
+PATCH of ``Links.ResourceBlocks`` with If-Match. The attach and detach engine (retries that never compose
+twice, tasks, rollback) is in ``redfish_ops``, HTTP (connections, deadlines, read retries) in
+``redfish_http``, logging in (a Redfish session when offered, else HTTP Basic) in ``redfish_auth``,
+payload parsing and result types in ``redfish_wire``: together, the one adapter that talks to a fabric.
 
-Reads the inventory (zones, GPU ResourceBlocks, expandable ComputerSystems) by following links from the
-service root ``/redfish/v1/`` and nothing else, keeps a snapshot of free blocks per zone for the
-extender's capacity, and attaches / detaches blocks with ``#ComputerSystem.AddResourceBlock`` /
-``RemoveResourceBlock`` when a system advertises them, else by PATCH of ``Links.ResourceBlocks`` with
-If-Match. The attach and detach engine (retries that never compose twice, tasks, rollback) is in
-``redfish_ops``, HTTP (sessions, deadlines, read retries) in ``redfish_http``, payload parsing and the
-result types in ``redfish_wire``; together they are the one adapter that talks to a fabric manager.
-
-Zone keys are the Zone resources' ``Id``: they equal the node label ``imex-webhook.io/fabric-zone``.
-A system's zone comes from the ComputerSystem-type ResourceBlock that registers it (DMTF's expandable
-system model). All methods are thread-safe; the caches are shared behind one lock.
+Zone keys are the Zone resources' ``Id`` (= the node label ``imex-webhook.io/fabric-zone``). A system's
+zone comes from the ComputerSystem-type ResourceBlock that registers it (DMTF's expandable system model).
+All methods are thread-safe; the caches are shared behind one lock.
 """
 
 from __future__ import annotations
@@ -23,10 +22,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.adapters import redfish_wire as wire
+from webhook.adapters.redfish_auth import AuthMode
 from webhook.adapters.redfish_ops import Operations
 from webhook.adapters.redfish_wire import BlockInfo, FabricError, Goal, SystemView
 
-__all__ = ["BlockInfo", "Discovery", "FabricError", "RedfishClient"]
+__all__ = ["AuthMode", "BlockInfo", "Discovery", "FabricError", "RedfishClient"]
 
 log = logging.getLogger("imex_webhook.fabric")
 SERVICE_ROOT = "/redfish/v1/"
@@ -51,8 +51,9 @@ class RedfishClient(Operations):
     def __init__(self, base_url: str, username: str, password: str, verify: bool | str = True,
                  timeout: float = 5.0, retries: int = 3, backoff: float = 0.2, refresh_interval: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, *, sleep: Callable[[float], None] = time.sleep,
-                 max_poll_interval: float = 2.0, max_polls: int = 600, rollback_grace: float = 2.0) -> None:
-        super().__init__(base_url, username, password, verify, timeout, retries, backoff, clock, sleep)
+                 max_poll_interval: float = 2.0, max_polls: int = 600, rollback_grace: float = 2.0,
+                 auth: AuthMode = "auto") -> None:
+        super().__init__(base_url, username, password, verify, timeout, retries, backoff, clock, sleep, auth)
         self.max_poll_interval, self.max_polls, self.rollback_grace = max_poll_interval, max_polls, rollback_grace
         self.refresh_interval = refresh_interval
         self._lock = threading.RLock()
@@ -70,7 +71,7 @@ class RedfishClient(Operations):
         self.last_refresh_error = ""
 
     def close(self) -> None:
-        """Stop the background refresh (if started) and close every connection."""
+        """Stop the background refresh (if started), log out of the Redfish session, close every connection."""
         self._stop.set()
         if self._refresher is not None:
             self._refresher.join(timeout=self.timeout + 1)

@@ -12,7 +12,9 @@ from typing import Any
 from webhook.adapters.kube_agent import DEFAULT_DEVICE_PLUGIN_SELECTORS
 from webhook.agent.steps import Deadlines
 
-DEFAULT_LISTEN = "0.0.0.0:8081"
+# Loopback by default: an agent started by hand on a node must not offer its endpoints to the network. The
+# DaemonSet listens on every address of its pod's own network namespace (manifests/agent.yaml).
+DEFAULT_LISTEN = "127.0.0.1:8081"
 STEP_NAMES = tuple(f.name.replace("_", "-") for f in dataclasses.fields(Deadlines))
 
 
@@ -78,8 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-device-plugin", action="store_true",
                    help="no device plugin on this node (DRA only): no pod refresh, no allocatable wait")
     p.add_argument("--listen", default=DEFAULT_LISTEN,
-                   help=f"HOST:PORT of /healthz /readyz /metrics, plain HTTP; 'none' to disable "
-                        f"(default {DEFAULT_LISTEN})")
+                   help=f"HOST:PORT of /healthz /readyz /metrics /gpus, plain HTTP (/gpus answers loopback "
+                        f"clients only); 'none' to disable (default {DEFAULT_LISTEN})")
     p.add_argument("--deadline", action="append", default=[], metavar="STEP=SECONDS",
                    help=f"deadline of one step; steps: {', '.join(STEP_NAMES)}")
     p.add_argument("--log-format", choices=("plain", "json"), default="plain")

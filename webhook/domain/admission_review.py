@@ -23,6 +23,7 @@ import orjson
 
 from webhook.domain import mutating
 from webhook.domain.errors import WireError
+from webhook.domain.limits import NAME_MAX, shown
 from webhook.domain.model import Catalog, Node
 from webhook.domain.mutating import MutationResult
 from webhook.domain.policy import Policy
@@ -63,14 +64,16 @@ class Review:
         return f"{self.namespace}/{name}"
 
 
-def _str(request: Mapping[str, Any], key: str, required: bool = False) -> str:
+def _str(request: Mapping[str, Any], key: str, required: bool = False, where: str = "request") -> str:
     value = request.get(key)
     if value is None or (required and value == ""):
         if required:
-            raise WireError(f"request.{key}", "missing")
+            raise WireError(f"{where}.{key}", "missing")
         return ""
     if not isinstance(value, str):
-        raise WireError(f"request.{key}", f"expected a string, got {type(value).__name__}")
+        raise WireError(f"{where}.{key}", f"expected a string, got {type(value).__name__}")
+    if len(value) > NAME_MAX:  # the uid is echoed in the reply; none of these is longer in Kubernetes
+        raise WireError(f"{where}.{key}", f"{shown(value)} is longer than {NAME_MAX} characters")
     return value
 
 
@@ -79,9 +82,9 @@ def parse(body: Any) -> Review:
     if not isinstance(body, Mapping):
         raise WireError("", f"expected an AdmissionReview object, got {type(body).__name__}")
     if body.get("apiVersion") != API_VERSION:
-        raise WireError("apiVersion", f"expected {API_VERSION!r}, got {body.get('apiVersion')!r}")
+        raise WireError("apiVersion", f"expected {API_VERSION!r}, got {shown(body.get('apiVersion'))}")
     if body.get("kind") != KIND:
-        raise WireError("kind", f"expected {KIND!r}, got {body.get('kind')!r}")
+        raise WireError("kind", f"expected {KIND!r}, got {shown(body.get('kind'))}")
     request = body.get("request")
     if not isinstance(request, Mapping):
         raise WireError("request", "missing: an AdmissionReview sent to a webhook carries a request")
@@ -97,8 +100,8 @@ def parse(body: Any) -> Review:
     return Review(
         uid=_str(request, "uid", required=True),
         operation=_str(request, "operation", required=True),
-        resource_group=str(resource.get("group") or ""),
-        resource=str(resource.get("resource") or ""),
+        resource_group=_str(resource, "group", where="request.resource"),
+        resource=_str(resource, "resource", where="request.resource"),
         sub_resource=_str(request, "subResource"),
         namespace=_str(request, "namespace"),
         name=_str(request, "name"),

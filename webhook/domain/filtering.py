@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from webhook.domain import candidates as candidates_
 from webhook.domain import capacity, grouping, placement
 from webhook.domain.capacity import Verdict
 from webhook.domain.errors import DecisionError
@@ -106,10 +107,12 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
 
 def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
                  proposals: Mapping[str, Reservation], now: float,
-                 node_view: Mapping[str, Node] | None = None, holder: str = "") -> FilterOutcome:
+                 node_view: Mapping[str, Node] | None = None, holder: str = "",
+                 sets: candidates_.NodeSets = candidates_.DERIVED) -> FilterOutcome:
     """Split ``candidates`` into passed, failed and unresolvable nodes, each failure with its reason.
 
     ``node_view`` holds the nodes as the scheduler sent them (full NodeList mode); otherwise the cache.
+    ``sets``: what the split derives from the cache's nodes, computed or memoized (``candidates.NodeSets``).
     """
     ctx = context(pod, snapshot, proposals, policy, now, holder, candidates)
     if ctx is None:
@@ -129,30 +132,22 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     if ctx.domain is None:
         return _all_fail(candidates, ctx, "no-domain", "no-domain", unresolvable=not ctx.resolvable_later)
 
+    domain = ctx.domain
+    why = candidates_.Reasons.of(domain, group, policy)
+    attaching = capacity.own_attachment(pod.uid, snapshot)
+    if attaching is not None:
+        elsewhere = (f"fabric GPUs are being attached to node {attaching.node} for this pod (attachment "
+                     f"{attaching.name}, phase {attaching.phase.value}); it binds there")
+        inside, unresolvable = candidates_.split_each(candidates, nodes, domain, why, attaching.node, elsewhere)
+    elif node_view is None:
+        inside, unresolvable = candidates_.split(candidates, nodes, domain, snapshot.domains.get(domain, ()), sets,
+                                                 why)
+    else:
+        members = [name for name, node in node_view.items() if node.domain == domain]
+        inside, unresolvable = candidates_.split(candidates, nodes, domain, members, candidates_.DERIVED, why)
+
     passed: list[str] = []
     failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    domain = ctx.domain
-    attaching = capacity.own_attachment(pod.uid, snapshot)
-    # Most candidates fail for the same reason (another domain): one shared string each, so the reply
-    # stays cheap to build and kube-scheduler's FailedScheduling event counts them under one message.
-    other_domain = f"node is outside domain {domain}, which holds the whole group {group.namespace}/{group.name}"
-    no_domain = (f"node has no NVLink or fabric domain label ({', '.join(policy.domain_labels)}); "
-                 "group pods run only inside one domain")
-    missing = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
-    elsewhere = (f"fabric GPUs are being attached to node {attaching.node} for this pod (attachment "
-                 f"{attaching.name}, phase {attaching.phase.value}); it binds there") if attaching else ""
-    inside = []
-    for name in candidates:
-        node = nodes.get(name)
-        if attaching is not None and name != attaching.node:
-            unresolvable[name] = elsewhere
-        elif node is None:
-            unresolvable[name] = missing
-        elif node.domain != domain:
-            unresolvable[name] = no_domain if node.domain is None else other_domain
-        else:
-            inside.append(name)
     for name in inside:
         verdict, reason = _in_domain(nodes[name], group, ctx, snapshot, pod.uid)
         if verdict is Verdict.FITS:

@@ -3,15 +3,19 @@
 Identity, first match wins: the ``imex-webhook.io/group`` annotation; the ComputeDomain UID reached
 through the pod's ResourceClaimTemplate or ResourceClaim; the UID of a shared ResourceClaim that asks
 for an IMEX channel device class. Contradictions (two ComputeDomains, an annotation that disagrees with
-the ComputeDomain) are reported as problems, never silently resolved.
+the ComputeDomain) are reported as problems, never silently resolved. After these, Kubernetes' gang
+scheduling and the workload controllers (JobSet, LeaderWorkerSet, Kubeflow, Kueue) name groups and sizes
+(``controller_groups``, docs/GROUPS.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 
-from webhook.domain import keys
+from webhook.domain import controller_groups, keys
+from webhook.domain.limits import GROUP_NAME_MAX, shown
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,
@@ -27,12 +31,18 @@ from webhook.domain.policy import Policy
 # keeps int() away from thousands of digits (Python refuses over 4,300) and nonsense sizes out of the plan.
 MAX_GROUP_SIZE = 100_000
 _SIZE = re.compile(r"[0-9]{1,6}")
-SHOWN_MAX = 40  # characters of a user's value repeated in a message
+_DIGEST_CHARS = 16
 
 
-def shown(value: str, limit: int = SHOWN_MAX) -> str:
-    """``value`` quoted for a message, cut to ``limit`` characters (with its length when cut)."""
-    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"
+def bounded_name(annotation: str) -> str:
+    """The group's name from its annotation, at most GROUP_NAME_MAX characters. The name is part of the
+    group's identity, stored in its reservation and repeated in every node's reason and in /inspect; a
+    longer one keeps its start and ends in a digest of the whole, so that pods naming the same long group
+    still meet, and two long names that differ anywhere do not."""
+    if len(annotation) <= GROUP_NAME_MAX:
+        return annotation
+    digest = hashlib.sha256(annotation.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
+    return f"{annotation[:GROUP_NAME_MAX - _DIGEST_CHARS - 1]}~{digest}"
 
 
 def group_size(raw: str) -> int | None:
@@ -103,11 +113,12 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
     annotation = pod.annotations.get(keys.GROUP_ANNOTATION, "").strip()
     group: Group | None = None
     if annotation:
+        name = bounded_name(annotation)
         group = Group(
-            id=f"ann:{pod.namespace}/{annotation}",
+            id=f"ann:{pod.namespace}/{name}",
             kind=GroupKind.ANNOTATION,
             namespace=pod.namespace,
-            name=annotation,
+            name=name,
             compute_domain=cd_uid,
             one_pod_per_node=cd_uid is not None and not _claims_shared(pod),
         )
@@ -135,10 +146,17 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
             one_pod_per_node=False,
         )
     if group is None:
+        # Only once every claim is known: a claim not cached yet may still make a ComputeDomain group.
+        if not problems and not unresolved_claims(pod, catalog):
+            found = _from_controllers(pod, catalog, policy)
+            if found is not None:
+                return found
         return GroupResolution(None, None, "unknown", tuple(problems), tuple(warnings))
     size, source, size_problem = _size(pod, catalog, cd)
     if size_problem:
         problems.append(size_problem)
+    if pod.workload is not None:
+        size, source = _with_controllers(pod, catalog, policy, group, size, source, warnings)
     return GroupResolution(group, size, source, tuple(problems), tuple(warnings))
 
 
@@ -171,3 +189,51 @@ def _size(pod: Pod, catalog: Catalog, cd: ComputeDomain | None) -> tuple[int | N
             if job is not None and job.parallelism:
                 return job.parallelism, "job.parallelism", None
     return None, "unknown", None
+
+
+# -- Groups from Kubernetes' gang scheduling and the workload controllers (controller_groups) ----------
+
+def _from_controllers(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution | None:
+    """The group the first gang API or controller source puts the pod in, when no source of ours does."""
+    if pod.workload is None or not controller_groups.asks(pod.gpu_limit, pod.claims, pod.namespace, catalog,
+                                                          policy):
+        return None  # only pods that ask for GPUs or an IMEX channel are members
+    found = controller_groups.candidates(pod, catalog, controller_groups.member(pod.namespace, catalog, policy),
+                                         MAX_GROUP_SIZE)
+    if not found:
+        return None
+    first = found[0]
+    if first.waiting:
+        return GroupResolution(None, None, "unknown", (), (first.waiting,), pending=True)
+    size, source = first.size, first.size_source
+    problems = [first.problem] if first.problem else []
+    warnings = [first.note] if first.note else []
+    raw = pod.annotations.get(keys.GROUP_SIZE_ANNOTATION)
+    if raw is not None:  # the user's own size wins over the controller's, even over one it cannot count
+        written = group_size(raw)
+        size, source = (written, "annotation") if written is not None else (None, "unknown")
+        problems = [] if written is not None else [size_problem(pod.annotations) or ""]
+        warnings = []
+    warnings.extend(controller_groups.disagreements(first.what, first.group.name, size, found[1:]))
+    return GroupResolution(first.group, size, source if size is not None else "unknown", tuple(problems),
+                           tuple(warnings))
+
+
+def _with_controllers(pod: Pod, catalog: Catalog, policy: Policy, group: Group, size: int | None, source: str,
+                      warnings: list[str]) -> tuple[int | None, str]:
+    """A group of our own sources whose pods a gang API or controller groups too: the first such source
+    sizes it when nothing above did (ComputeDomain numNodes is deprecated and usually 0), counting only
+    the pods of that group; the others that disagree are warned about."""
+    if group.compute_domain:
+        joins = controller_groups.joins_compute_domain(group.compute_domain, pod.namespace, catalog)
+    elif group.kind is GroupKind.SHARED_CLAIM:
+        joins = controller_groups.shares_claim(group.name)
+    else:
+        joins = controller_groups.member(pod.namespace, catalog, policy)
+    found = controller_groups.candidates(pod, catalog, joins, MAX_GROUP_SIZE)
+    if source in ("unknown", "job.parallelism") and keys.GROUP_SIZE_ANNOTATION not in pod.annotations:
+        lender = next((c for c in found if c.size is not None and not c.problem and not c.waiting), None)
+        if lender is not None:
+            size, source = lender.size, lender.size_source
+    warnings.extend(controller_groups.disagreements(controller_groups.describe(group), group.name, size, found))
+    return size, source

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.domain import inspection_detail as detail
 from webhook.domain.capacity import attachable, free_local
+from webhook.domain.filtering import live_reservations
+from webhook.domain.limits import cut
 from webhook.domain.model import Reservation, Snapshot
+from webhook.domain.policy import Policy
 
 
 def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
@@ -24,7 +28,14 @@ def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
     }
 
 
-def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation]) -> dict[str, Any]:
+def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: Policy | None = None,
+              now: float | None = None) -> dict[str, Any]:
+    """``policy`` and ``now`` (the service's) make the reasons of waiting groups the scheduler's own;
+    without ``now`` every reservation counts as live."""
+    policy = policy or Policy()
+    others = live_reservations(snapshot, proposals, policy, now) if now is not None else \
+        {**proposals, **snapshot.reservations}
+    by_node, budget = detail.gpus_by_node(snapshot), [detail.MAX_REASONED]
     domains = []
     for name, node_names in sorted(snapshot.domains.items()):
         nodes = [snapshot.nodes[n] for n in node_names if n in snapshot.nodes]
@@ -41,6 +52,8 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation]) -> dict[
             "fabricZones": zones,
             "idleNodes": sum(1 for n in nodes if n.gpus and free_local(n, snapshot) == n.gpus),
             "heldByComputeDomain": sorted({n.name for n in nodes if n.compute_domain}),
+            "kind": detail.domain_kind(nodes[0].domain_key if nodes else None, nodes),
+            "nodeDetails": [detail.node_detail(n, snapshot, by_node.get(n.name, {})) for n in nodes],
         })
     groups = []
     for group_id, members in sorted(snapshot.members.items()):
@@ -55,12 +68,13 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation]) -> dict[
                 for m in sorted(live, key=lambda m: m.pod.ref)
             ],
             "placed": sum(1 for m in live if m.pod.node_name),
+            **detail.group_detail(group_id, members, snapshot, others, proposals, policy, budget),
         })
     reservations = [_reservation(r, True) for _, r in sorted(snapshot.reservations.items())]
     reservations += [_reservation(r, False) for g, r in sorted(proposals.items()) if g not in snapshot.reservations]
     attachments = [
         {"name": a.name, "pod": f"{a.pod_namespace}/{a.pod_name}", "node": a.node, "zone": a.zone, "gpus": a.gpus,
-         "phase": a.phase.value, "message": a.message, "since": a.phase_since,
+         "phase": a.phase.value, "message": cut(a.message, 512), "since": a.phase_since,
          "blocks": [{"id": b.id, "uuid": b.uuid, "pciAddress": b.pci_address} for b in a.blocks]}
         for a in sorted(snapshot.attachments.values(), key=lambda a: (a.pod_namespace, a.pod_name))
     ]

@@ -47,3 +47,27 @@ DEFAULT_GPU_DEVICE_CLASSES: tuple[str, ...] = ("gpu.nvidia.com",)
 # The DRA driver whose ResourceSlices publish whole GPUs per node (NVIDIA names driver and class alike).
 DEFAULT_GPU_DRIVERS: tuple[str, ...] = ("gpu.nvidia.com",)
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# Written by the workload controllers whose pods may form a group (docs/GROUPS.md): read, never written.
+# JobSet (sigs.k8s.io/jobset v0.11), on every pod of every child Job:
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+# Set (on the JobSet or one replicated job) when each child Job gets a topology domain of its own.
+JOBSET_EXCLUSIVE_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+# LeaderWorkerSet (sigs.k8s.io/lws v0.8): one group = one leader and its workers.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+LWS_LEADER_NAME_ANNOTATION = "leaderworkerset.sigs.k8s.io/leader-name"
+# Kubeflow training-operator v1 (PyTorchJob, MPIJob v1...) and mpi-operator v2 (MPIJob v2beta1).
+TRAINING_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+TRAINING_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+TRAINING_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+TRAINING_REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+TRAINING_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+# Kueue (sigs.k8s.io/kueue v0.17) pod groups of plain pods: written by the user, both on every pod.
+KUEUE_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"

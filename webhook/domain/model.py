@@ -46,6 +46,30 @@ class OwnerRef:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadRefs:
+    """What Kubernetes' gang scheduling and the workload controllers put on a pod about its group, read
+    once when the pod is parsed (``webhook.domain.workload_parsing``): only these few values are kept, not
+    the pod's foreign labels. Empty strings mean absent; sizes stay raw text until a group uses them."""
+
+    pod_group: str = ""  # spec.schedulingGroup.podGroupName (Kubernetes 1.36+)
+    workload: str = ""  # spec.workloadRef.name (Kubernetes 1.35)
+    workload_pod_group: str = ""  # spec.workloadRef.podGroup
+    workload_replica_key: str = ""  # spec.workloadRef.podGroupReplicaKey
+    jobset: str = ""
+    replicated_job: str = ""
+    job_index: str = ""
+    jobset_exclusive: bool = False  # each child Job has a topology domain of its own
+    lws: str = ""
+    lws_group_key: str = ""  # the label, or for a leader not labelled yet the key the LWS webhook gives it
+    lws_leader: str = ""  # the leader pod's name (the pod itself, or a worker's annotation)
+    lws_size: str | None = None
+    training_job: str = ""
+    training_kind: str = ""  # PyTorchJob, MPIJob...: from the operator-name label
+    kueue_group: str = ""
+    kueue_total: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Pod:
     namespace: str
     name: str
@@ -59,6 +83,7 @@ class Pod:
     owners: tuple[OwnerRef, ...] = ()
     scheduler_name: str = "default-scheduler"
     deleting: bool = False
+    workload: WorkloadRefs | None = None  # None: no gang API or controller names a group for it
 
     @property
     def key(self) -> ObjectKey:
@@ -109,6 +134,56 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class PodTemplate:
+    """What a controller's pod template asks for: enough to tell whether its pods join a group."""
+
+    gpus: int  # effective nvidia.com/gpu
+    claims: tuple[PodClaim, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    """One kind of pod a controller makes: a JobSet's replicated job, a training job's replica type."""
+
+    name: str
+    replicas: int  # child Jobs of a replicated job; pods of a replica type
+    pods_each: int  # pods per replica: a child Job's active pods (min of parallelism and completions), or 1
+    template: PodTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerObject:
+    """A JobSet or a Kubeflow training job, reduced to how many pods of which template it makes."""
+
+    kind: str  # "JobSet", "PyTorchJob", "MPIJob"
+    namespace: str
+    name: str
+    uid: str
+    parts: tuple[Replicas, ...]
+    problem: str | None = None  # why its pod count cannot be used (a negative or absurd count)
+
+
+@dataclass(frozen=True, slots=True)
+class GangGroup:
+    """A scheduling.k8s.io PodGroup (or one pod group of a Kubernetes 1.35 Workload)."""
+
+    namespace: str
+    name: str
+    gang: bool  # the gang policy; the basic policy schedules the pods one by one
+    min_count: int | None  # the gang's minCount
+    problem: str | None = None  # why min_count cannot be used
+
+
+@dataclass(frozen=True, slots=True)
+class GangWorkload:
+    """A Kubernetes 1.35 scheduling.k8s.io/v1alpha1 Workload: its pod groups by name."""
+
+    namespace: str
+    name: str
+    groups: Mapping[str, GangGroup]
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     """The objects group identity and demand are resolved through (all from watch caches)."""
 
@@ -116,12 +191,20 @@ class Catalog:
     claims: Mapping[ObjectKey, ClaimSpec] = field(default_factory=dict)
     compute_domains: Mapping[str, ComputeDomain] = field(default_factory=dict)  # by UID
     jobs: Mapping[ObjectKey, Job] = field(default_factory=dict)
+    pod_groups: Mapping[ObjectKey, GangGroup] = field(default_factory=dict)
+    gang_workloads: Mapping[ObjectKey, GangWorkload] = field(default_factory=dict)
+    controllers: Mapping[tuple[str, str, str], ControllerObject] = field(default_factory=dict)  # kind, ns, name
 
 
 class GroupKind(enum.StrEnum):
     ANNOTATION = "annotation"
     COMPUTE_DOMAIN = "compute-domain"
     SHARED_CLAIM = "shared-claim"
+    POD_GROUP = "pod-group"  # scheduling.k8s.io gang
+    JOBSET = "jobset"
+    LEADER_WORKER_SET = "leaderworkerset"
+    TRAINING_JOB = "training-job"
+    KUEUE = "kueue-pod-group"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +221,10 @@ class Group:
 class GroupResolution:
     group: Group | None
     size: int | None  # None: unknown, treated as "at least the pods seen"
-    size_source: str  # "annotation", "computeDomain.numNodes", "job.parallelism", "unknown"
+    size_source: str  # "annotation", "computeDomain.numNodes", a controller's (docs/GROUPS.md), "job.parallelism"...
     problems: tuple[str, ...] = ()  # contradictions the user must fix (admission denies them)
     warnings: tuple[str, ...] = ()  # things that may resolve themselves (a template not cached yet)
+    pending: bool = False  # a group source waits for an object not cached yet (a PodGroup): resolve again
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,8 @@ Exists``) are kept: the patch only adds, and the new terms are added next to the
 A pod whose claims may make a group but whose templates or claims are not cached yet cannot be fully
 resolved: it still gets ``spec.schedulerName`` (over the default) and the ``mutated`` marker, with a
 warning, because the default scheduler would place it anywhere; the extender resolves the group at
-scheduling time.
+scheduling time. So does a pod whose group depends on a PodGroup not cached yet (``GroupResolution.pending``).
+A pod that two sources put in different groups (docs/GROUPS.md) is admitted with a warning naming both.
 
 Denied (``allowed: false``), because only the user can resolve them: an ``imex-webhook.io/group-size``
 that is not a whole number from 1 to ``grouping.MAX_GROUP_SIZE``, an empty group annotation, claims of
@@ -52,6 +53,7 @@ from typing import Any
 from webhook import __version__
 from webhook.domain import grouping, keys, parsing
 from webhook.domain.errors import WireError
+from webhook.domain.limits import shown
 from webhook.domain.model import Catalog, Node, Pod
 from webhook.domain.patches import APPEND, PatchBuilder, dotted
 from webhook.domain.policy import Policy
@@ -125,7 +127,7 @@ def _deny(message: str, reason: str, group_id: str | None, warnings: list[str]) 
 def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapping[str, Node],
            policy: Policy) -> MutationResult:
     """The verdict and patch for a pod being created in ``namespace`` (``request.namespace``)."""
-    pod = parsing.pod(obj, WHERE)
+    pod = parsing.pod(obj, WHERE, validated=False)  # admission runs before the API server validates
     if namespace and pod.namespace != namespace:
         pod = replace(pod, namespace=namespace)
     candidate = bool(pod.claims) or keys.GROUP_ANNOTATION in pod.annotations
@@ -143,26 +145,26 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
         if keys.GROUP_ANNOTATION in pod.annotations:
             return _deny(f"annotation {keys.GROUP_ANNOTATION} is empty: set it to the name of the pod's group, "
                          "or remove it", "bad-group-annotation", None, warnings)
-        if grouping.unresolved_claims(pod, catalog):
+        if resolution.pending or grouping.unresolved_claims(pod, catalog):
             return _defer(obj, pod, policy, warnings)
         return MutationResult(True, (), tuple(warnings))  # every claim is known and none makes a group
     if pod.node_name:
         node = nodes.get(pod.node_name)
         if node is None:
-            warnings.append(f"spec.nodeName {grouping.shown(pod.node_name)} is not a node imex-webhook knows; "
+            warnings.append(f"spec.nodeName {shown(pod.node_name)} is not a node imex-webhook knows; "
                             "its NVLink domain is not checked")
         elif node.domain is None:
             return _deny(
                 f"spec.nodeName pins the pod to node {pod.node_name!r}, which is in no NVLink domain (no "
                 f"{' or '.join(policy.domain_labels)} label), but it belongs to group "
-                f"{grouping.shown(group.name)}; remove spec.nodeName or name a node of the group's domain",
+                f"{shown(group.name)}; remove spec.nodeName or name a node of the group's domain",
                 "pinned-outside-domain", group.id, warnings)
     label = group_label_value(group.id)
     written = pod.labels.get(keys.GROUP_LABEL)
     if written is not None and written != label:
         return _deny(
-            f"label {keys.GROUP_LABEL}={grouping.shown(written)} is set by imex-webhook and names another group; "
-            f"remove it (this pod's group {grouping.shown(group.name)} is labelled {label!r})",
+            f"label {keys.GROUP_LABEL}={shown(written)} is set by imex-webhook and names another group; "
+            f"remove it (this pod's group {shown(group.name)} is labelled {label!r})",
             "label-conflict", group.id, warnings)
 
     patch = PatchBuilder(obj, WHERE)
@@ -252,8 +254,7 @@ def _schedule_with(patch: PatchBuilder, scheduler: str, warnings: list[str]) -> 
         else:
             patch.replace(("spec", "schedulerName"), scheduler)
         return True
-    shown = grouping.shown(current) if isinstance(current, str) else repr(current)
-    warnings.append(_short(f"spec.schedulerName {shown} left as is: only {scheduler!r} reserves a domain "
+    warnings.append(_short(f"spec.schedulerName {shown(current)} left as is: only {scheduler!r} reserves a domain "
                            "for the whole group"))
     return False
 

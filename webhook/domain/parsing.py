@@ -2,19 +2,30 @@
 
 Objects from the API server are trusted to be well formed Kubernetes, but request bodies are not: every
 shape problem raises ``WireError`` with the path of the field, so a malformed request becomes a 400 that
-names it. Unknown fields are ignored, as Kubernetes clients do.
+names it. Unknown fields are ignored, as Kubernetes clients do. Strings are bounded by Kubernetes' own
+validation limits (``webhook.domain.limits``) and quantities parsed exactly as Kubernetes parses them
+(``webhook.domain.quantity``), so a hostile value is a clear 400, never an exception of another kind.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
-from webhook.domain import keys
+import orjson
+
+from webhook.domain import keys, workload_refs
+from webhook.domain import quantity as quantities
 from webhook.domain.errors import WireError
+from webhook.domain.fields import annotation_map as _annotations
+from webhook.domain.fields import label_map as _labels
+from webhook.domain.fields import list_ as _list
+from webhook.domain.fields import map_ as _map
+from webhook.domain.fields import ours as _ours
+from webhook.domain.fields import str_ as _str
+from webhook.domain.limits import NAME_MAX, shown
 from webhook.domain.model import (
     ClaimSpec,
     ComputeDomain,
@@ -26,66 +37,25 @@ from webhook.domain.model import (
     PodClaim,
 )
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-_SUFFIX = {
-    "": 1, "m": 0.001, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
 
-
-def _map(value: Any, path: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise WireError(path, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, path: str) -> Sequence[Any]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise WireError(path, f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _str(value: Any, path: str, default: str = "") -> str:
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise WireError(path, f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _str_map(value: Any, path: str) -> dict[str, str]:
-    raw = _map(value, path)
-    for k, v in raw.items():
-        if not isinstance(v, str):
-            raise WireError(f"{path}.{k}", f"expected a string, got {type(v).__name__}")
-    return dict(raw)
-
-
-def quantity(value: Any, path: str) -> float:
-    """A Kubernetes resource.Quantity ("4", "500m", "1Gi", 2) as a number."""
-    if isinstance(value, bool):
-        raise WireError(path, "expected a quantity, got a boolean")
-    if isinstance(value, int | float):
-        return float(value)
-    text = _str(value, path)
-    match = _QUANTITY.match(text.strip())
-    if not match or match.group(2) not in _SUFFIX:
-        raise WireError(path, f"not a Kubernetes quantity: {text!r}")
+def quantity(value: Any, path: str) -> Decimal:
+    """A Kubernetes resource.Quantity ("4", "500m", "1Gi", 2, null) as its exact value; see
+    ``webhook.domain.quantity`` for the grammar and Kubernetes' quirks."""
     try:
-        return float(match.group(1)) * _SUFFIX[match.group(2)]
-    except ValueError as exc:
-        raise WireError(path, f"not a Kubernetes quantity: {text!r}") from exc
+        return quantities.from_json(value).value
+    except quantities.QuantityError as exc:
+        raise WireError(path, f"{shown(value)} is not a Kubernetes quantity: {exc}") from None
 
 
 def count(value: Any, path: str) -> int:
-    """A countable resource such as nvidia.com/gpu; fractions are rejected by Kubernetes, so by us too."""
+    """A countable resource such as nvidia.com/gpu; fractions are rejected by Kubernetes, so by us too.
+    Kubernetes computes counts in 64 bits: a larger value, though a valid decimal quantity, is out of range."""
     number = quantity(value, path)
-    if not math.isfinite(number) or number < 0 or number != int(number):  # "1e999" is inf: int() would raise
-        raise WireError(path, f"expected a whole non-negative count, got {value!r}")
+    if number > quantities.MAX_INT64:  # compared before anything expands "1e2147483647"
+        raise WireError(path, f"{shown(value)} is out of range: more than {quantities.MAX_INT64} (2^63-1), the "
+                        "most Kubernetes counts")
+    if number < 0 or number != number.to_integral_value():
+        raise WireError(path, f"expected a whole non-negative count, got {shown(value)}")
     return int(number)
 
 
@@ -107,7 +77,7 @@ def node_labels(obj: Any, path: str = "node") -> tuple[str, str, dict[str, str]]
     if not name:
         raise WireError(f"{path}.metadata.name", "missing")
     version = _str(meta.get("resourceVersion"), f"{path}.metadata.resourceVersion")
-    return name, version, _str_map(meta.get("labels"), f"{path}.metadata.labels")
+    return name, version, _labels(meta.get("labels"), f"{path}.metadata.labels")
 
 
 def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
@@ -116,8 +86,8 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
     name = _str(meta.get("name"), f"{path}.metadata.name")
     if not name:
         raise WireError(f"{path}.metadata.name", "missing")
-    labels = _str_map(meta.get("labels"), f"{path}.metadata.labels")
-    annotations = _str_map(meta.get("annotations"), f"{path}.metadata.annotations")
+    labels = _labels(meta.get("labels"), f"{path}.metadata.labels")
+    annotations = _annotations(meta.get("annotations"), f"{path}.metadata.annotations")
     domain, domain_key = node_domain(labels, domain_labels)
     status = _map(obj.get("status"), f"{path}.status")
     allocatable = _map(status.get("allocatable"), f"{path}.status.allocatable")
@@ -145,11 +115,10 @@ def releasing_gpus(inventory: str | None) -> int:
     if not inventory:
         return 0
     try:
-        doc = json.loads(inventory)
-    except (ValueError, RecursionError):
-        # Deep nesting exhausts the decoder's recursion (seen with a hostile annotation on one node); an
-        # unreadable inventory withholds nothing, and must not stop the watch that carries the node.
-        return 0
+        # orjson, not json: json's decoder recurses, and a deeply nested annotation exhausted the stack.
+        doc = orjson.loads(inventory)
+    except orjson.JSONDecodeError:
+        return 0  # an unreadable inventory withholds nothing, and must not stop the watch that carries the node
     gpus = doc.get("gpus") if isinstance(doc, dict) else None
     return sum(1 for g in gpus if isinstance(g, dict) and g.get("releasing") is True) if isinstance(gpus, list) else 0
 
@@ -184,13 +153,21 @@ def effective_gpus(spec: Mapping[str, Any], path: str = "pod.spec") -> int:
         _container_gpus(c, f"{path}.containers[{i}]")
         for i, c in enumerate(_list(spec.get("containers"), f"{path}.containers"))
     )
-    return max(app + sidecars, init_peak)
+    total = max(app + sidecars, init_peak)
+    if total > quantities.MAX_INT64:  # each count fits 64 bits; their sum may not, where Kubernetes' wraps
+        raise WireError(f"{path}.containers", f"the pod's {keys.GPU_RESOURCE} adds up to {total}, more than "
+                        f"{quantities.MAX_INT64} (2^63-1), the most Kubernetes counts")
+    return total
 
 
-def pod(obj: Any, path: str = "Pod") -> Pod:
+def pod(obj: Any, path: str = "Pod", validated: bool = True) -> Pod:
+    """``validated``: the object passed the API server's validation (every object the scheduler or a watch
+    sends), so a name, label or annotation beyond Kubernetes' limits makes it malformed. An admission
+    review's object is checked before validation: there, over-long strings are the verdict's business."""
     obj = _map(obj, path)
     if not obj:
         raise WireError(path, "missing or empty")
+    limit = NAME_MAX if validated else None
     meta = _map(obj.get("metadata"), f"{path}.metadata")
     spec = _map(obj.get("spec"), f"{path}.spec")
     status = _map(obj.get("status"), f"{path}.status")
@@ -200,9 +177,10 @@ def pod(obj: Any, path: str = "Pod") -> Pod:
         raw = _map(raw, cpath)
         claims.append(
             PodClaim(
-                name=_str(raw.get("name"), f"{cpath}.name"),
-                template=_str(raw.get("resourceClaimTemplateName"), f"{cpath}.resourceClaimTemplateName") or None,
-                claim=_str(raw.get("resourceClaimName"), f"{cpath}.resourceClaimName") or None,
+                name=_str(raw.get("name"), f"{cpath}.name", limit=limit),
+                template=_str(raw.get("resourceClaimTemplateName"), f"{cpath}.resourceClaimTemplateName",
+                              limit=limit) or None,
+                claim=_str(raw.get("resourceClaimName"), f"{cpath}.resourceClaimName", limit=limit) or None,
             )
         )
     owners = []
@@ -211,27 +189,32 @@ def pod(obj: Any, path: str = "Pod") -> Pod:
         raw = _map(raw, opath)
         owners.append(
             OwnerRef(
-                kind=_str(raw.get("kind"), f"{opath}.kind"),
-                name=_str(raw.get("name"), f"{opath}.name"),
-                uid=_str(raw.get("uid"), f"{opath}.uid"),
+                kind=_str(raw.get("kind"), f"{opath}.kind", limit=limit),
+                name=_str(raw.get("name"), f"{opath}.name", limit=limit),
+                uid=_str(raw.get("uid"), f"{opath}.uid", limit=limit),
                 controller=bool(raw.get("controller", False)),
             )
         )
-    phase = _str(status.get("phase"), f"{path}.status.phase")
-    return Pod(
-        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
-        name=_str(meta.get("name"), f"{path}.metadata.name"),
-        uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
-        node_name=_str(spec.get("nodeName"), f"{path}.spec.nodeName") or None,
+    phase = _str(status.get("phase"), f"{path}.status.phase", limit=limit)
+    annotations = _annotations(meta.get("annotations"), f"{path}.metadata.annotations", validated)
+    labels = _labels(meta.get("labels"), f"{path}.metadata.labels", validated)
+    parsed = Pod(
+        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default", limit) or "default",
+        name=_str(meta.get("name"), f"{path}.metadata.name", limit=limit),
+        uid=_str(meta.get("uid"), f"{path}.metadata.uid", limit=limit),
+        node_name=_str(spec.get("nodeName"), f"{path}.spec.nodeName", limit=limit) or None,
         terminated=phase in ("Succeeded", "Failed"),
         gpu_limit=effective_gpus(spec, f"{path}.spec"),
         claims=tuple(claims),
-        annotations=_str_map(meta.get("annotations"), f"{path}.metadata.annotations"),
-        labels=_str_map(meta.get("labels"), f"{path}.metadata.labels"),
+        annotations=_ours(annotations),
+        labels=_ours(labels),
         owners=tuple(owners),
-        scheduler_name=_str(spec.get("schedulerName"), f"{path}.spec.schedulerName", "default-scheduler"),
+        scheduler_name=_str(spec.get("schedulerName"), f"{path}.spec.schedulerName", "default-scheduler", limit),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+    # The groups other controllers put the pod in are read from their labels before only ours are kept.
+    refs = workload_refs.pod_refs(parsed.namespace, parsed.name, labels, annotations, spec, f"{path}.spec")
+    return replace(parsed, workload=refs) if refs is not None else parsed
 
 
 def _device_request(raw: Any, path: str) -> DeviceRequest | None:
@@ -258,7 +241,7 @@ def _compute_domain_from_config(spec: Mapping[str, Any], path: str) -> str | Non
         opaque = _map(_map(cfg, f"{path}.config[{i}]").get("opaque"), f"{path}.config[{i}].opaque")
         params = _map(opaque.get("parameters"), f"{path}.config[{i}].opaque.parameters")
         if params.get("kind") == keys.COMPUTE_DOMAIN_CHANNEL_CONFIG_KIND and params.get("domainID"):
-            return str(params["domainID"])
+            return _str(params["domainID"], f"{path}.config[{i}].opaque.parameters.domainID")
     return None
 
 
@@ -276,7 +259,7 @@ def claim_spec(obj: Any, template: bool, path: str = "claim") -> ClaimSpec:
         parsed = _device_request(raw, f"{spath}.devices.requests[{i}]")
         if parsed is not None:
             requests.append(parsed)
-    labels = _str_map(meta.get("labels"), f"{path}.metadata.labels")
+    labels = _labels(meta.get("labels"), f"{path}.metadata.labels")
     status = _map(obj.get("status"), f"{path}.status")
     reserved = tuple(
         _str(_map(r, f"{path}.status.reservedFor[{i}]").get("uid"), f"{path}.status.reservedFor[{i}].uid")

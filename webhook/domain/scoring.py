@@ -9,6 +9,7 @@ scheduler's own plugins decide for them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
 from webhook.domain import capacity, filtering
 from webhook.domain.capacity import Verdict
@@ -36,15 +37,19 @@ def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: 
                node_view: Mapping[str, Node] | None = None) -> list[tuple[str, int]]:
     ctx = filtering.context(pod, snapshot, proposals, policy, now)
     if ctx is None or ctx.domain is None:
-        return [(name, MIN_EXTENDER_PRIORITY) for name in candidates]
+        return list(zip(candidates, repeat(MIN_EXTENDER_PRIORITY)))
     nodes = node_view if node_view is not None else snapshot.nodes
     domain = ctx.domain
-    # Only nodes inside the group's domain are weighed; filter already refused the others.
-    inside = snapshot.domains.get(domain, ()) if node_view is None else \
+    # Only nodes inside the group's domain are weighed; filter already refused the others. kube-scheduler sends
+    # the few nodes that passed filter: weigh those, not the whole domain.
+    members = snapshot.domains.get(domain, ()) if node_view is None else \
         [n for n, node in node_view.items() if node.domain == domain]
+    if len(candidates) < len(members):
+        inside = frozenset(members)
+        members = [name for name in candidates if name in inside]
     scores = {}
-    for name in inside:
+    for name in members:
         node = nodes.get(name)
         if node is not None:
             scores[name] = max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score_node(node, ctx, snapshot)))
-    return [(name, scores.get(name, MIN_EXTENDER_PRIORITY)) for name in candidates]
+    return list(zip(candidates, map(scores.get, candidates, repeat(MIN_EXTENDER_PRIORITY)), strict=True))

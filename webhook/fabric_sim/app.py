@@ -1,28 +1,32 @@
 """Flask views: HTTP to and from the simulator model, plus authentication and request-level faults.
 
 ``/redfish``, the service root, ``/redfish/v1/odata`` and ``/redfish/v1/$metadata`` answer without
-credentials (DSP0266 section 13.3.3); everything else, including the ``/admin`` test endpoints, needs
-HTTP Basic with the inventory's credentials. Request-level faults (hang, latency, injected errors) act
-before authentication and before the model is touched, like a struggling front end would.
+credentials (DSP0266 section 13.3.3), and so does the POST that creates a session; everything else
+needs a session's ``X-Auth-Token`` or, unless ``basic_auth`` is off, HTTP Basic with the inventory's
+credentials. Request-level faults (hang, latency, injected errors) act before authentication and before
+the model is touched, like a struggling front end would. Every answer is JSON (``$metadata`` is XML, as
+the standard wants), errors in the Redfish error shape: never an HTML page, never a 500 for bad input.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hmac
 import json
+import logging
 import socket
 import time
 from typing import Any
 
 from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
 
-from webhook.fabric_sim import inventory as inv
+from webhook.fabric_sim import admin, sessions
 from webhook.fabric_sim.compose import Simulator
-from webhook.fabric_sim.messages import RedfishError, Reply, error_body, message
+from webhook.fabric_sim.messages import RedfishError, Reply, error_body, message, parse_body
 
+log = logging.getLogger("imex_webhook.fabric_sim")
 MAX_BODY = 1 << 20
 _OPEN = {"/redfish", "/redfish/", "/redfish/v1", "/redfish/v1/", "/redfish/v1/odata", "/redfish/v1/$metadata"}
+_LOGIN = {sessions.SESSIONS, f"{sessions.SESSIONS}/Members"}  # DSP0266: a POST to either creates a session
 _METHODS = ["GET", "HEAD", "POST", "PATCH", "PUT", "DELETE"]
 _METADATA = """<?xml version="1.0" encoding="UTF-8"?>
 <edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0">
@@ -36,10 +40,10 @@ _METADATA = """<?xml version="1.0" encoding="UTF-8"?>
 """
 _SCHEMAS = ("ServiceRoot", "ComputerSystemCollection", "ComputerSystem", "CompositionService",
             "ResourceBlockCollection", "ResourceBlock", "ZoneCollection", "Zone", "Processor", "TaskService",
-            "TaskCollection", "Task", "SessionService", "SessionCollection", "ActionInfo", "Message")
+            "TaskCollection", "Task", "SessionService", "SessionCollection", "Session", "ActionInfo", "Message")
 
 
-def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     resp = Response(json.dumps(body, indent=1) if body is not None else b"", status=status,
                     mimetype="application/json" if body is not None else None)
     resp.headers["OData-Version"] = "4.0"
@@ -48,28 +52,36 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
     return resp
 
 
+def _allow(parts: list[str]) -> str:
+    """The methods a resource takes, for the Allow header of a 405."""
+    if (len(parts) == 2 and parts[0] == "Systems") or parts == ["SessionService"]:
+        return "GET, HEAD, PATCH"
+    if parts == ["SessionService", "Sessions"]:
+        return "GET, HEAD, POST"
+    if len(parts) == 3 and parts[:2] in (["SessionService", "Sessions"], ["TaskService", "TaskMonitors"]):
+        return "GET, HEAD, DELETE"
+    return "GET, HEAD"
+
+
 def create_app(sim: Simulator) -> Flask:
     app = Flask("imex_webhook_fabric_sim")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False  # Flask's own OPTIONS reply is an empty text/html page
 
     def respond(reply: Reply) -> Response:
         headers = dict(reply.headers)
         if not sim.options.etag_header:  # quirk: some services put the ETag in the body only
             headers.pop("ETag", None)
-        return _json(reply.status, reply.body, headers)
+        return json_response(reply.status, reply.body, headers)
 
-    def authorized() -> bool:
+    def basic_ok() -> bool:
         auth = request.authorization
-        creds = sim.inventory.credentials
-        if auth is None or auth.type != "basic":
-            return False
-        # compare_digest on both, so a wrong user name takes as long as a wrong password.
-        user_ok = hmac.compare_digest((auth.username or "").encode(), creds.username.encode())
-        return hmac.compare_digest((auth.password or "").encode(), creds.password.encode()) and user_ok
+        return auth is not None and auth.type == "basic" and sim.basic_ok(auth.username or "", auth.password or "")
 
-    def unauthorized() -> Response:
-        return _json(401, error_body([message("AccessUnauthorized")]),
-                     {"WWW-Authenticate": 'Basic realm="fabric-sim"'})
+    def unauthorized(key: str = "AccessUnauthorized") -> Response:
+        # Advertise Basic only where it is accepted; a sessions-only service has no scheme to offer.
+        challenge = {"WWW-Authenticate": 'Basic realm="fabric-sim"'} if sim.options.basic_auth else {}
+        return json_response(401, error_body([message(key)]), challenge)
 
     def drop_connection() -> Response:
         # The "service stops answering" fault: the client sees its connection closed with no reply.
@@ -84,10 +96,12 @@ def create_app(sim: Simulator) -> Flask:
     @app.before_request
     def gate() -> Response | None:
         path = request.path
+        token = request.headers.get("X-Auth-Token")
         if path.startswith("/admin"):
-            return None if authorized() else unauthorized()
+            # Test endpoints keep Basic even when the service refuses it, so a test can always steer.
+            return None if basic_ok() or (token is not None and sim.authenticate(token)) else unauthorized()
         if not path.startswith("/redfish"):
-            return _json(404, error_body([message("ResourceNotFound", "Resource", path)]))
+            return json_response(404, error_body([message("ResourceNotFound", "Resource", path)]))
         if not sim.wait_if_hung():
             return drop_connection()
         latency = sim.options.faults.latency_s
@@ -96,31 +110,38 @@ def create_app(sim: Simulator) -> Flask:
         injected = sim.injected_error(request.method)
         if injected is not None:
             return respond(injected)
-        if path not in _OPEN and not authorized():
-            return unauthorized()
-        return None
+        if path in _OPEN or (request.method == "POST" and path.rstrip("/") in _LOGIN):
+            return None
+        if token is not None:  # a token decides alone: a stale one is refused even beside valid Basic
+            return None if sim.authenticate(token) else unauthorized("NoValidSession")
+        return None if sim.options.basic_auth and basic_ok() else unauthorized()
 
     @app.errorhandler(RedfishError)
     def redfish_error(exc: RedfishError) -> Response:
         return respond(exc.reply())
 
-    @app.errorhandler(413)
-    def too_large(_: Exception) -> Response:
-        return _json(413, error_body([message("GeneralError")]))
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        # werkzeug's own refusals (413, 405 outside /redfish/v1, 404 under /admin) as Redfish errors.
+        status = exc.code or 500
+        key = {404: "ResourceNotFound", 405: "OperationNotAllowed"}.get(status, "GeneralError")
+        args = ("Resource", request.path) if key == "ResourceNotFound" else ()
+        allowed = getattr(exc, "valid_methods", None)
+        headers = {"Allow": ", ".join(allowed)} if status == 405 and allowed else {}
+        return json_response(status, error_body([message(key, *args)]), headers)
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> Response:
+        log.exception("fabric simulator: unexpected error on %s %s", request.method, request.path)
+        return json_response(500, error_body([message("InternalError")]))
 
     def body() -> Any:
-        raw = request.get_data()
-        if not raw.strip():
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise RedfishError(400, message("MalformedJSON")) from exc
+        return parse_body(request.get_data())
 
     @app.route("/redfish", methods=["GET"])
     @app.route("/redfish/", methods=["GET"])
     def versions() -> Response:
-        return _json(200, {"v1": "/redfish/v1/"})
+        return json_response(200, {"v1": "/redfish/v1/"})
 
     @app.route("/redfish/v1/$metadata", methods=["GET"])
     def metadata() -> Response:
@@ -138,7 +159,7 @@ def create_app(sim: Simulator) -> Flask:
         monitor = len(parts) == 3 and parts[:2] == ["TaskService", "TaskMonitors"]
         if method in ("GET", "HEAD"):
             if parts == ["odata"]:
-                return _json(200, {"@odata.context": "/redfish/v1/$metadata", "value": [
+                return json_response(200, {"@odata.context": "/redfish/v1/$metadata", "value": [
                     {"name": n, "kind": "Singleton", "url": f"/redfish/v1/{n}"}
                     for n in ("Systems", "CompositionService", "TaskService", "SessionService")]})
             if monitor:
@@ -146,58 +167,20 @@ def create_app(sim: Simulator) -> Flask:
             resource, etag = sim.get(parts, dict(request.args))
             return respond(Reply(200, resource, {"ETag": etag}))
         if_match = request.headers.get("If-Match")
+        if method == "POST" and parts in (["SessionService", "Sessions"], ["SessionService", "Sessions", "Members"]):
+            return respond(sim.login(body(), request.remote_addr or ""))
         if method == "POST" and len(parts) == 4 and parts[0] == "Systems" and parts[2] == "Actions":
             return respond(sim.action(parts[1], parts[3], body(), if_match))
         if method == "PATCH" and len(parts) == 2 and parts[0] == "Systems":
             return respond(sim.patch_system(parts[1], body(), if_match))
+        if method == "PATCH" and parts == ["SessionService"]:
+            return respond(sim.patch_session_service(body()))
+        if method == "DELETE" and len(parts) == 3 and parts[:2] == ["SessionService", "Sessions"]:
+            return respond(sim.logout(parts[2]))
         if method == "DELETE" and monitor:
             return respond(sim.monitor(parts[2], delete=True))
         sim.get(parts, {})  # 404 for an unknown resource, before a 405 for a known one
-        allow = "GET, HEAD, PATCH" if len(parts) == 2 and parts[0] == "Systems" else "GET, HEAD"
-        return _json(405, error_body([message("OperationNotAllowed")]), {"Allow": allow})
+        return json_response(405, error_body([message("OperationNotAllowed")]), {"Allow": _allow(parts)})
 
-    _admin(app, sim)
+    admin.register(app, sim, json_response)
     return app
-
-
-def _admin(app: Flask, sim: Simulator) -> None:
-    """Test endpoints (outside /redfish): inspect state, change faults and options, reset."""
-
-    def bad(exc: Exception) -> Response:
-        return _json(400, {"error": str(exc)})
-
-    @app.get("/admin/state")
-    def state() -> Response:
-        return _json(200, sim.snapshot())
-
-    @app.post("/admin/faults")
-    def faults() -> Response:
-        try:
-            new = inv.faults_from(request.get_json(force=True, silent=True) or {}, sim.options.faults, "faults")
-        except inv.InventoryError as exc:
-            return bad(exc)
-        sim.set_options(dataclasses.replace(sim.options, faults=new))
-        return _json(200, dataclasses.asdict(new))
-
-    @app.post("/admin/options")
-    def options() -> Response:
-        try:
-            new = inv.options_from(request.get_json(force=True, silent=True) or {}, sim.options)
-        except inv.InventoryError as exc:
-            return bad(exc)
-        sim.set_options(new)
-        return _json(200, sim.snapshot()["options"])
-
-    @app.post("/admin/reset")
-    def reset() -> Response:
-        sim.reset()
-        return _json(200, sim.snapshot())
-
-    @app.post("/admin/blocks/<block_id>")
-    def block_state(block_id: str) -> Response:
-        data = request.get_json(force=True, silent=True) or {}
-        try:
-            sim.set_block_state(block_id, str(data.get("state", "")))
-        except ValueError as exc:
-            return bad(exc)
-        return _json(200, sim.snapshot()["blocks"][block_id])

@@ -8,6 +8,7 @@ trust), so a script that binds port 0 can read where the simulator listens.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -32,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                     "absent); without any --tls-* option the simulator speaks HTTP")
     p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (with --tls-key)")
     p.add_argument("--tls-key", metavar="FILE")
+    p.add_argument("--no-basic-auth", action="store_true",
+                   help="refuse HTTP Basic: clients must log in with a Redfish session (X-Auth-Token)")
+    p.add_argument("--session-timeout", type=int, metavar="SECONDS",
+                   help="SessionTimeout: close sessions unused this long (30..86400); default from the inventory, "
+                        "else 1800")
     p.add_argument("--print-inventory", action="store_true", help="print the inventory as YAML and exit")
     p.add_argument("--access-log", action="store_true", help="log every request")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -39,15 +45,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _split_bind(bind: str) -> tuple[str, int]:
     host, _, port = bind.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"--bind {bind!r}: expected HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def _with_auth(inventory: inv.Inventory, ns: argparse.Namespace) -> inv.Inventory:
+    """The inventory with the command line's authentication flags applied (checked like the file's)."""
+    changes: dict[str, object] = {}
+    if ns.no_basic_auth:
+        changes["basic_auth"] = False
+    if ns.session_timeout is not None:
+        changes["session_timeout_s"] = ns.session_timeout
+    if not changes:
+        return inventory
+    return dataclasses.replace(inventory, options=inv.options_from(changes, inventory.options, "command line"))
 
 
 def run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         inventory = inv.load(ns.inventory) if ns.inventory else inv.demo()
+        inventory = _with_auth(inventory, ns)
         host, port = _split_bind(ns.bind)
         if bool(ns.tls_cert) != bool(ns.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
@@ -68,7 +87,9 @@ def run(ns: argparse.Namespace) -> int:
         print(f"imex-webhook fabric-sim: cannot start: {exc}", file=sys.stderr)
         return 1
     ca = f" (trust {running.ca_cert})" if running.ca_cert else ""
-    print(f"fabric-sim serving {running.url}{ca}; user {inventory.credentials.username}", flush=True)
+    opts = inventory.options
+    ways = " and ".join(w for w, on in (("Redfish sessions", opts.sessions), ("HTTP Basic", opts.basic_auth)) if on)
+    print(f"fabric-sim serving {running.url}{ca}; user {inventory.credentials.username}; {ways}", flush=True)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -10,14 +10,16 @@ refused, not ignored, so a client that retries blindly is caught by the tests.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.fabric_sim import payloads
-from webhook.fabric_sim.inventory import system_block_id
+from webhook.fabric_sim import payloads, sessions
+from webhook.fabric_sim.inventory import Inventory, system_block_id
 from webhook.fabric_sim.messages import RedfishError, Reply, error_body, message
 from webhook.fabric_sim.state import BlockRec, Model, SystemRec
 
@@ -38,6 +40,32 @@ def _etag_matches(header: str, etag: str) -> bool:
 
 class Simulator(Model):
     """The whole stateful service; every method is safe to call from many threads."""
+
+    def __init__(self, inventory: Inventory, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(inventory, clock)
+        self.sessions = sessions.SessionStore(self.clock)  # not part of reset(): logins outlive it
+
+    # --- authentication --------------------------------------------------------------------------
+
+    def login(self, body: Any, origin: str) -> Reply:
+        return self.sessions.create(body, self.options, self.inventory.credentials, origin)
+
+    def authenticate(self, token: str) -> bool:
+        return self.sessions.authenticate(token, self.options)
+
+    def basic_ok(self, user: str, password: str) -> bool:
+        return sessions.credentials_match(user, password, self.inventory.credentials)
+
+    def logout(self, session_id: str) -> Reply:
+        return self.sessions.delete(session_id)
+
+    def patch_session_service(self, body: Any) -> Reply:
+        timeout = sessions.patched_timeout(body)
+        with self.lock:
+            if timeout is not None:  # not set_options: that would also restart the fault RNG
+                self.options = dataclasses.replace(self.options, session_timeout_s=timeout)
+            resource, etag = self.get(["SessionService"], {})
+            return Reply(200, resource, {"ETag": etag})
 
     # --- request pieces --------------------------------------------------------------------------
 
@@ -224,9 +252,17 @@ class Simulator(Model):
         """A resource and its ETag (the change counter for blocks, systems and tasks, else a content hash)."""
         with self.lock:
             self.advance()
-            body = payloads.render(self, parts, query)
+            if parts[:1] == ["SessionService"]:
+                body = self.sessions.render(self, parts, query)
+            else:
+                body = payloads.render(self, parts, query)
             etag = body.get("@odata.etag")
             if not isinstance(etag, str):
                 etag = _content_etag(body)
                 body["@odata.etag"] = etag
             return body, etag
+
+    def snapshot(self) -> dict[str, Any]:
+        out = super().snapshot()
+        out["sessions"] = self.sessions.snapshot(self.options)
+        return out

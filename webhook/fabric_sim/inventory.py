@@ -29,6 +29,15 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
+MAX_SECONDS = 86400  # any *_s value: a day is past every test's patience
+_MAX_NUMBER = 2**63 - 1
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class InventoryError(ValueError):
     """An inventory that cannot be used; the message names the key and the problem."""
 
@@ -87,6 +96,10 @@ class Options:
     etag_header: bool = True  # quirk when false: @odata.etag in the body only
     page_size: int = 0  # > 0: collections are paged with Members@odata.nextLink
     actions: bool = True  # quirk when false: no Add/RemoveResourceBlock actions, only PATCH of the system
+    basic_auth: bool = True  # false: HTTP Basic is refused, as services that allow sessions only do
+    sessions: bool = True  # the SessionService's ServiceEnabled: false refuses new sessions
+    session_timeout_s: int = 1800  # SessionTimeout: a session unused this long is closed (30..86400)
+    max_sessions: int = 64  # more open sessions than this: 503 SessionLimitExceeded
     faults: Faults = field(default_factory=Faults)
 
 
@@ -148,14 +161,16 @@ def _fields(cls: type, obj: Any, where: str) -> dict[str, Any]:
             value = tuple(v.upper() if key == "error_methods" else v for v in value)
         elif isinstance(default, bool):
             if not isinstance(value, bool):
-                raise InventoryError(f"{where}.{key}: expected true or false, got {value!r}")
+                raise InventoryError(f"{where}.{key}: expected true or false, got {_shown(value)}")
         elif isinstance(default, int | float):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise InventoryError(f"{where}.{key}: expected a non-negative number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= _MAX_NUMBER:
+                raise InventoryError(f"{where}.{key}: expected a non-negative number, got {_shown(value)}")
             if isinstance(default, int) and not isinstance(value, int):
-                raise InventoryError(f"{where}.{key}: expected an integer, got {value!r}")
+                raise InventoryError(f"{where}.{key}: expected an integer, got {_shown(value)}")
+            if key.endswith("_s") and value > MAX_SECONDS:
+                raise InventoryError(f"{where}.{key}: at most {MAX_SECONDS} seconds, got {_shown(value)}")
         elif isinstance(default, str) and not isinstance(value, str):
-            raise InventoryError(f"{where}.{key}: expected a string, got {value!r}")
+            raise InventoryError(f"{where}.{key}: expected a string, got {_shown(value)}")
         out[key] = value
     return out
 
@@ -174,6 +189,12 @@ def options_from(obj: Any, base: Options | None = None, where: str = "options") 
     faults_raw = raw.pop("faults", None) if isinstance(raw, dict) else None
     start = base or Options()
     opts = dataclasses.replace(start, **_fields(Options, raw, where))
+    if not 30 <= opts.session_timeout_s <= 86400:  # the range SessionService.SessionTimeout allows
+        raise InventoryError(f"{where}.session_timeout_s: expected 30..86400 seconds, got {opts.session_timeout_s}")
+    if opts.max_sessions < 1:
+        raise InventoryError(f"{where}.max_sessions: expected at least 1")
+    if not opts.basic_auth and not opts.sessions:
+        raise InventoryError(f"{where}: basic_auth and sessions cannot both be off (no way in)")
     return dataclasses.replace(opts, faults=faults_from(faults_raw, start.faults, f"{where}.faults"))
 
 

@@ -1,12 +1,14 @@
-"""Registry messages and Redfish error replies.
+"""Registry messages, Redfish error replies, and request bodies read once at the boundary.
 
 MessageIds are ``<Registry>.<major>.<minor>.<Key>`` (DSP0266 section 9.7) from the DMTF registries the
-simulator speaks: Base 1.22.1, Composition 1.1.3 and TaskEvent 1.0.5 (texts copied from
-/work/shared/redfish/registries, so clients and operators see the words a real service would send).
+simulator speaks: Base 1.22.1, Composition 1.1.3 and TaskEvent 1.0.5 (texts as the published registries
+word them, so clients and operators see what a real service would send).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +55,27 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
     "PreconditionRequired": (BASE, "A precondition header or annotation is required to change this resource.",
                              "Critical", "Try the operation again using an If-Match or If-None-Match header and "
                                          "appropriate ETag."),
-    "AccessUnauthorized": (BASE, "Unauthorized.", "Critical", "None."),
+    "AccessUnauthorized": (BASE, "Unauthorized.", "Critical", "Resubmit the request with valid credentials."),
+    "NoValidSession": (BASE, "There is no valid session established with the implementation.", "Critical",
+                       "Establish a session before attempting any operations."),
+    "SessionLimitExceeded": (BASE, "The session establishment failed due to the number of simultaneous sessions "
+                                   "exceeding the limit of the implementation.", "Critical",
+                             "Reduce the number of other sessions before trying to establish the session or "
+                             "increase the limit of simultaneous sessions, if supported."),
+    "SessionTerminated": (BASE, "The session was successfully terminated.", "OK", "None."),
+    "ServiceDisabled": (BASE, "The operation failed because the service at %1 is disabled and cannot accept "
+                              "requests.", "Warning", "Enable the service and resubmit the request if the "
+                                                      "operation failed."),
+    "PropertyMissing": (BASE, "The property %1 is a required property and must be included in the request.",
+                        "Warning", "Ensure that the property is in the request body and has a valid value and "
+                                   "resubmit the request if the operation failed."),
+    "PropertyUnknown": (BASE, "The property %1 is not in the list of valid properties for the resource.", "Warning",
+                        "Remove the unknown property from the request body and resubmit the request if the "
+                        "operation failed."),
+    "PropertyValueOutOfRange": (BASE, "The value '%1' for the property %2 is not in the supported range of "
+                                      "acceptable values.", "Warning",
+                                "Correct the value for the property in the request body and resubmit the request "
+                                "if the operation failed."),
     "OperationNotAllowed": (BASE, "The HTTP method is not allowed on this resource.", "Critical", "None."),
     "QueryNotSupported": (BASE, "Querying is not supported by the implementation.", "Warning",
                           "Remove the query parameters and resubmit the request if the operation failed."),
@@ -88,6 +110,7 @@ def message(key: str, *args: str, legacy_severity: bool = True) -> dict[str, Any
     """One Message object. ``Severity`` is deprecated but many clients still read it, so error bodies carry
     both; resources the validator checks (Task.Messages) leave it out (``legacy_severity=False``)."""
     prefix, text, severity, resolution = _REGISTRY[key]
+    args = tuple(_cut(arg) for arg in args)  # echoed request data must not make a reply huge
     for i, arg in enumerate(args, start=1):
         text = text.replace(f"%{i}", arg)
     out: dict[str, Any] = {
@@ -133,3 +156,44 @@ def error_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 def not_found(kind: str, name: str) -> RedfishError:
     return RedfishError(404, message("ResourceNotFound", kind, name))
+
+
+MAX_ARG = 200  # characters of request data echoed in a MessageArg
+MAX_DEPTH = 32  # nesting of arrays and objects in a request body; Redfish bodies need a handful
+
+
+def _cut(arg: str) -> str:
+    return arg if len(arg) <= MAX_ARG else arg[: MAX_ARG - 3] + "..."
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _acceptable(value: Any) -> bool:
+    """No deeper than MAX_DEPTH and no non-finite number (1e999 parses as inf); walked without recursion,
+    because the body may be arbitrarily deep."""
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level >= MAX_DEPTH:
+                return False
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return False
+    return True
+
+
+def parse_body(raw: bytes) -> Any:
+    """A request body as JSON: None when empty; RedfishError 400 MalformedJSON for anything that is not
+    strict JSON (NaN and Infinity included), nests deeper than MAX_DEPTH or holds an infinite number."""
+    if not raw.strip():
+        return None
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # RecursionError: thousands of nested brackets
+        raise RedfishError(400, message("MalformedJSON")) from exc
+    if not _acceptable(value):
+        raise RedfishError(400, message("MalformedJSON"))
+    return value

@@ -71,7 +71,8 @@ def collection(m: Model, odata_type: str, name: str, uri: str, members: list[str
                expand: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """Members, paged when the inventory sets page_size, expanded one level for ``$expand=.``."""
     skip = query.get("$skip", "0")
-    if not skip.isdigit():
+    # str.isdigit() also takes "²", which int() refuses, and int() refuses more than 4300 digits.
+    if not (skip.isascii() and skip.isdigit()) or len(skip) > 18:
         raise RedfishError(400, message("QueryNotSupported"))
     start = int(skip)
     page = m.options.page_size or len(members) or 1
@@ -294,20 +295,8 @@ def task_service(m: Model) -> dict[str, Any]:
     }
 
 
-def session_service(m: Model) -> dict[str, Any]:
-    return {
-        "@odata.type": "#SessionService.v1_2_0.SessionService",
-        "@odata.id": f"{ROOT}/SessionService",
-        "Id": "SessionService",
-        "Name": "Session Service",
-        "ServiceEnabled": False,  # HTTP Basic authentication only
-        "SessionTimeout": 1800,
-        "Sessions": link(SESSIONS),
-    }
-
-
 def render(m: Model, parts: list[str], query: Mapping[str, str]) -> dict[str, Any]:
-    """GET of ``/redfish/v1/<parts>``; raises RedfishError 404 for anything else."""
+    """GET of ``/redfish/v1/<parts>`` (the SessionService is ``sessions``'); raises RedfishError 404 otherwise."""
     match parts:
         case []:
             return root(m)
@@ -340,8 +329,4 @@ def render(m: Model, parts: list[str], query: Mapping[str, str]) -> dict[str, An
                               lambda u: task(m, m.tasks[u.rsplit("/", 1)[1]]))
         case ["TaskService", "Tasks", task_id] if task_id in m.tasks:
             return task(m, m.tasks[task_id])
-        case ["SessionService"]:
-            return session_service(m)
-        case ["SessionService", "Sessions"]:
-            return collection(m, "SessionCollection", "Sessions", SESSIONS, [], query, lambda u: {})
     raise not_found("Resource", "/".join([ROOT, *parts]))

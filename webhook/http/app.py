@@ -1,21 +1,26 @@
-"""The Flask application factory: blueprints, JSON error handlers, body limit."""
+"""The Flask application factory: blueprints, JSON error handlers, body limit, and the request count.
+
+Every reply is JSON (but /metrics' exposition) and every reply is counted once in
+``imex_webhook_requests_total{verb, code}``, whatever produced it: a view, a 400 for a malformed body, a
+413 for a body over --max-body, a 404 or 405 from routing, or the 500 fallback for an exception no view
+caught (also counted in ``imex_webhook_internal_errors_total``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from webhook.http import admission, extender, ops
-from webhook.http.common import Services, error_response
-from webhook.http.metrics import Metrics
+from webhook.http import admission, extender, ops, ui
+from webhook.http.common import Services, error_response, too_large
+from webhook.http.metrics import Metrics, verb_of
 from webhook.state.backend import Backend
 from webhook.state.engine import Engine
 
 # A 5,000-node NodeList from kube-scheduler is about 25-40 MiB of JSON; leave room above that.
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
-
 
 def _always_ready() -> tuple[bool, str]:
     return True, "loaded"
@@ -25,6 +30,8 @@ def create_app(engine: Engine, backend: Backend, max_body: int = DEFAULT_MAX_BOD
                tls_ready: Callable[[], tuple[bool, str]] = _always_ready) -> Flask:
     app = Flask("imex_webhook")
     app.config["MAX_CONTENT_LENGTH"] = max_body
+    # OPTIONS would answer an empty HTML-typed 200 on every route; no peer of ours sends it.
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
 
     def reservation_counts() -> dict[str, int]:
         stored = len(engine.reservations.all())
@@ -32,19 +39,43 @@ def create_app(engine: Engine, backend: Backend, max_body: int = DEFAULT_MAX_BOD
         return {"reserved": stored, "proposed": proposed}
 
     metrics = Metrics(engine.store.sync_state, reservation_counts)
+    metrics.watch_cluster(engine, backend)
     app.extensions["imex"] = Services(engine=engine, backend=backend, metrics=metrics, tls_ready=tls_ready)
     app.register_blueprint(extender.blueprint)
     app.register_blueprint(ops.blueprint)
     app.register_blueprint(admission.blueprint)
+    app.register_blueprint(ui.blueprint)
+
+    @app.before_request
+    def refuse_declared_oversize() -> Response | None:
+        # Views that read no body (GET /healthz...) would otherwise accept any declared length.
+        length = request.content_length
+        if length is not None and length > max_body:
+            raise too_large(max_body)
+        return None
+
+    @app.after_request
+    def count(response: Response) -> Response:
+        metrics.count(request.path, response.status_code)
+        return response
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        # Never an HTML page: 404, 405, 413 and friends answer in JSON like everything else.
-        return error_response(exc.code or 500, exc.description or exc.name)
+        # Never an HTML page: 404, 405, 413 and friends answer in JSON like everything else, keeping the
+        # headers that go with them (Allow on a 405, Location on a redirect to the merged-slashes path).
+        response = error_response(exc.code or 500, exc.description or exc.name)
+        for name, value in exc.get_headers():
+            if name.lower() != "content-type":
+                response.headers[name] = value
+        new_url = getattr(exc, "new_url", None)
+        if isinstance(new_url, str):
+            response.headers["Location"] = new_url
+        return response
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
         app.logger.exception("unhandled error")
+        metrics.internal_errors.labels(verb_of(request.path)).inc()
         return error_response(500, f"internal error ({type(exc).__name__})")
 
     return app

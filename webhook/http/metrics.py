@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from webhook.domain import filtering
+from webhook.domain.attachments import Phase
+from webhook.domain.capacity import attachable, free_local
+from webhook.domain.model import Reservation, Snapshot
+from webhook.domain.placement import members_summary
+from webhook.state.engine import Engine
+from webhook.state.events import DROP_REASONS
+
+log = logging.getLogger(__name__)
+
+# The verb label of each path served; anything else is "other", so that no caller can grow the label set.
+VERBS = {f"/{verb}": verb for verb in
+         ("filter", "prioritize", "bind", "preempt", "mutate", "healthz", "readyz", "metrics", "inspect", "ui")}
+OTHER = "other"
+
+
+def verb_of(path: str) -> str:
+    return VERBS.get(path, OTHER)
+
 
 # Extender calls sit on the scheduler's serial cycle: the interesting range is sub-millisecond to seconds.
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -56,9 +78,191 @@ class Metrics:
                                 "leaked block recovered)", ["action"], registry=self.registry)
         self.registry.register(_StateCollector(sync_state, reservations))
 
+    def count(self, path: str, status: int) -> None:
+        """One reply, whoever produced it: the app's views and error handlers, or the server refusing a
+        request before the app saw it (a body over --max-body, a malformed head)."""
+        self.requests.labels(verb_of(path), str(status)).inc()
+
+    def count_refused(self, received: bytes, status: int) -> None:
+        """A reply the server wrote itself, counted under the path of the request line it had received."""
+        parts = received.split(b"\r\n", 1)[0].split(b" ")
+        target = parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) == 3 else ""
+        self.count("/" + target.lstrip("/") if target else "", status)  # "//filter" is /filter to the app
+
     # The fabric Observer protocol (webhook.state.fabric): the attacher and the reconciler report here.
     def attach_done(self, outcome: str, seconds: float) -> None:
         self.attach_seconds.labels(outcome).observe(seconds)
 
     def cleanup(self, what: str) -> None:
         self.cleanups.labels(what).inc()
+
+    # -- The operator's view (docs/OPERATING.md): cluster state read at scrape time, never on a request -----
+    _view: _ClusterView | None = None
+
+    def watch_cluster(self, engine: Engine, backend: object) -> None:
+        """Export domains, waiting groups, expired reservations, attachments and, where ``backend`` has
+        watches (Kubernetes mode), how fresh each cache is."""
+        view = self._cluster_view()
+        view.engine = engine
+        health = getattr(backend, "watch_health", None)
+        view.watch_health = health if callable(health) else None
+        self.watch_events(engine.events.dropped)
+
+    def watch_fabric(self, unaccounted: Callable[[], int]) -> None:
+        """Export the reconciler's count of composed blocks that no attachment accounts for."""
+        self._cluster_view().unaccounted = unaccounted
+
+    def _cluster_view(self) -> _ClusterView:
+        if self._view is None:
+            self._view = _ClusterView()
+            self.registry.register(self._view)
+        return self._view
+
+    # -- Kubernetes Events (webhook.adapters.kube_events): what the recorder could not deliver --------------
+    _events: _DroppedEvents | None = None
+
+    def watch_events(self, dropped: Callable[[], Mapping[str, int]]) -> None:
+        if self._events is None:
+            self._events = _DroppedEvents()
+            self.registry.register(self._events)
+        self._events.dropped = dropped
+
+
+class _DroppedEvents(Collector):
+    def __init__(self) -> None:
+        self.dropped: Callable[[], Mapping[str, int]] = dict
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("imex_webhook_events_dropped", "Kubernetes Events not written, by why: "
+                                     "queue-full, rate-limited, rejected (4xx), unavailable (API server failing "
+                                     "after retries)", labels=["reason"])
+        counts = self.dropped()
+        for reason in DROP_REASONS:
+            family.add_metric([reason], float(counts.get(reason, 0)))
+        yield family
+
+
+# Why a group with pods still to place waits (label values of imex_webhook_groups_waiting):
+# in-domain: its domain is reserved, the scheduler has members still to place there (a gang gathering);
+# domain-fits: no domain recorded yet but one fits now (the scheduler has not filtered a member since);
+# no-domain-now: no domain has room now, one would once running pods finish;
+# no-domain-ever: no domain could hold the group even empty (or it already runs split across domains);
+# invalid-group: the pods' own objects contradict each other (admission says why);
+# not-evaluated: past MAX_EVALUATED groups without a domain in one scrape.
+WAITING_REASONS = ("in-domain", "domain-fits", "no-domain-now", "no-domain-ever", "invalid-group", "not-evaluated")
+# Judging a group without a domain is a pass over every domain (what /filter does): bounded per scrape.
+MAX_EVALUATED = 64
+# Per-domain GPU states (label values of imex_webhook_domain_gpus).
+DOMAIN_STATES = ("free", "used", "reserved", "attachable")
+
+
+class _ClusterView(Collector):
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self.watch_health: Callable[[], Mapping[str, tuple[float, bool]]] | None = None
+        self.unaccounted: Callable[[], int] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        domains = GaugeMetricFamily(
+            "imex_webhook_domain_gpus", "GPUs of each domain: free (local, not held by pods or attaches), used, "
+            "reserved (promised to placed-to-be members of reserved groups), attachable (fabric)",
+            labels=["domain", "state"])
+        waiting = GaugeMetricFamily("imex_webhook_groups_waiting", "Groups with pods still to place, by why they "
+                                    "wait (docs/OPERATING.md)", labels=["reason"])
+        expired = GaugeMetricFamily("imex_webhook_reservations_expired", "Stored reservations past their TTL with "
+                                    "no member placed since; housekeeping releases them")
+        phases = GaugeMetricFamily("imex_webhook_fabric_attachments", "Fabric attachments by phase", labels=["phase"])
+        stalled = GaugeMetricFamily("imex_webhook_cache_stalled", "1 while the watch of this kind makes no progress "
+                                    "(readiness fails with it)", labels=["kind"])
+        age = GaugeMetricFamily("imex_webhook_cache_progress_age_seconds", "Seconds since the watch of this kind "
+                                "last made progress (a list, an event, a bookmark, a watch renewed)", labels=["kind"])
+        leaked = GaugeMetricFamily("imex_webhook_fabric_unaccounted_blocks", "Composed fabric blocks no attachment "
+                                   "accounts for (detached after a grace period; reported by the reconciler's leader)")
+        # One failing source must not cost the scrape the others: its families go out without samples.
+        _guarded("cluster state", self._cluster, domains, waiting, expired, phases)
+        _guarded("watch health", self._watches, age, stalled)
+        _guarded("unaccounted fabric blocks", self._fabric, leaked)
+        yield from (domains, waiting, expired, phases, stalled, age, leaked)
+
+    def _cluster(self, domains: GaugeMetricFamily, waiting: GaugeMetricFamily, expired: GaugeMetricFamily,
+                 phases: GaugeMetricFamily) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        now = engine.clock()
+        snapshot = engine.snapshot()
+        promised = engine.promised(now)
+        for domain, by_state in sorted(_domain_gpus(snapshot, promised, engine, now).items()):
+            for state in DOMAIN_STATES:
+                domains.add_metric([domain, state], float(by_state[state]))
+        reasons = _waiting(snapshot, promised, engine, now)
+        for reason in WAITING_REASONS:
+            waiting.add_metric([reason], float(reasons[reason]))
+        ttl = engine.policy.reservation_ttl
+        expired.add_metric([], float(sum(1 for r in snapshot.reservations.values() if r.expired(now, ttl))))
+        by_phase = Tally(a.phase for a in snapshot.attachments.values())
+        for phase in Phase:
+            phases.add_metric([phase.value], float(by_phase[phase]))
+
+    def _watches(self, age: GaugeMetricFamily, stalled: GaugeMetricFamily) -> None:
+        if self.watch_health is not None:
+            for kind, (seconds, is_stalled) in sorted(self.watch_health().items()):
+                age.add_metric([kind], seconds)
+                stalled.add_metric([kind], 1.0 if is_stalled else 0.0)
+
+    def _fabric(self, leaked: GaugeMetricFamily) -> None:
+        if self.unaccounted is not None:
+            leaked.add_metric([], float(self.unaccounted()))
+
+
+def _guarded(what: str, fill: Callable[..., None], *families: GaugeMetricFamily) -> None:
+    try:
+        fill(*families)
+    except Exception:
+        log.exception("/metrics: could not read %s; its metrics are left out of this scrape", what)
+        for family in families:
+            family.samples.clear()
+
+
+def _domain_gpus(snapshot: Snapshot, promised: Mapping[str, Reservation], engine: Engine,
+                 now: float) -> dict[str, Tally[str]]:
+    out: dict[str, Tally[str]] = {}
+    for domain, names in snapshot.domains.items():
+        nodes = [snapshot.nodes[n] for n in names if n in snapshot.nodes]
+        free = sum(free_local(n, snapshot) for n in nodes)
+        zones = {n.fabric_zone for n in nodes if n.fabric_zone}
+        fabric = sum(min(snapshot.fabric_free.get(z, 0), sum(attachable(n, snapshot) for n in nodes
+                                                              if n.fabric_zone == z)) for z in zones)
+        out[domain] = Tally({"free": free, "used": sum(n.gpus for n in nodes) - free, "attachable": fabric})
+    live = filtering.live_reservations(snapshot, promised, engine.policy, now)
+    for group_id, res in live.items():
+        _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
+        if res.domain in out:
+            out[res.domain]["reserved"] += max(res.size - placed, 0) * res.gpus_per_pod
+    return out
+
+
+def _waiting(snapshot: Snapshot, promised: Mapping[str, Reservation], engine: Engine, now: float) -> Tally[str]:
+    """Each group with a live pod not yet bound, by the reason /filter would give for it now."""
+    out: Tally[str] = Tally()
+    budget = MAX_EVALUATED
+    for group_id, members in snapshot.members.items():
+        waiting = [m for m in members if not m.pod.terminated and not m.pod.deleting and not m.pod.node_name]
+        if not waiting:
+            continue
+        chosen = group_id in snapshot.reservations or group_id in promised
+        if not chosen:
+            if budget == 0:
+                out["not-evaluated"] += 1
+                continue
+            budget -= 1
+        ctx = filtering.context(waiting[0].pod, snapshot, promised, engine.policy, now)
+        if ctx is None:
+            continue
+        if ctx.resolution.problems:
+            out["invalid-group"] += 1
+        elif ctx.domain is None:
+            out["no-domain-now" if ctx.resolvable_later else "no-domain-ever"] += 1
+        else:
+            out["domain-fits" if ctx.proposal is not None else "in-domain"] += 1
+    return out

@@ -6,6 +6,7 @@ from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.domain import inspection
+from webhook.domain.limits import cut, redact_urls
 from webhook.http.common import json_response, services
 
 blueprint = Blueprint("ops", __name__)
@@ -22,7 +23,9 @@ def readyz() -> Response:
     checks = {"cluster": svc.backend.ready(), "tls": svc.tls_ready()}
     checks.update({name: check() for name, check in svc.checks.items()})
     ok = all(passed for passed, _ in checks.values())
-    body = {"ready": ok, "checks": {name: {"ok": p, "detail": d} for name, (p, d) in checks.items()}}
+    # Anonymous callers read this (kubelet's probe): no URL's credentials, no unbounded error text.
+    body = {"ready": ok, "checks": {name: {"ok": p, "detail": cut(redact_urls(d), 512)}
+                                    for name, (p, d) in checks.items()}}
     return json_response(body, 200 if ok else 503)
 
 
@@ -38,7 +41,8 @@ def metrics() -> Response:
 def inspect() -> Response:
     svc = services()
     engine = svc.engine
-    body = inspection.summarize(engine.snapshot(), engine.proposals.view(engine.clock()))
+    now = engine.clock()
+    body = inspection.summarize(engine.snapshot(), engine.proposals.view(now), engine.policy, now)
     body["mode"] = "embedded" if svc.backend.embedded else "kubernetes"
     body["caches"] = engine.store.sync_state()
     return json_response(body)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,8 @@ from typing import Any, TextIO
 
 import requests
 
+from certs import files as cert_files
+from certs import issue as cert_issue
 from webhook.adapters import demo
 from webhook.service import demo_scenario, deploy
 from webhook.service.demo_scenario import Job
@@ -52,9 +55,14 @@ class Outcome:
 
 
 class Client:
-    def __init__(self, url: str, ca: Path) -> None:
+    """kube-apiserver's and kube-scheduler's calls; ``cert``: the scheduler's client certificate and key."""
+
+    def __init__(self, url: str, ca: Path, cert: tuple[Path, Path] | None = None) -> None:
         self.url = url
         self.session = requests.Session()
+        self.cert = cert
+        if cert is not None:
+            self.session.cert = (str(cert[0]), str(cert[1]))
         # Per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a session's verify.
         self.ca = str(ca)
 
@@ -207,19 +215,38 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def certificates(tls: Path) -> tuple[Path, tuple[Path, Path]]:
+    """The CA and serving certificate ``serve --tls-dir`` would make, and the scheduler's client certificate
+    from the same CA (serve gets the CA as --client-ca, as deployed): (CA file, (client cert, key))."""
+    names = ["localhost", *cert_issue.service_dns_names(deploy.SERVICE_NAME, deploy.NAMESPACE)]
+    made = cert_files.ensure_tls_dir(tls, names, ["127.0.0.1", "::1"])
+    return made.paths.ca_cert, cert_files.issue_client(tls, cert_files.SCHEDULER_CLIENT)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @contextmanager
-def served(workdir: Path, port: int) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+def served(workdir: Path, port: int) -> Iterator[tuple[str, Client, subprocess.Popen[bytes]]]:
     tls = workdir / "tls"
+    ca, client_cert = certificates(tls)
     log = (workdir / "serve.log").open("wb")
     cmd = [sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}", "--tls-dir", str(tls),
-           "--fabric", "embedded"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+           "--client-ca", str(ca), "--fabric", "embedded", "--exit-with-parent"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True)  # Ctrl-C reaches the demo only; it stops serve itself
     url = f"https://localhost:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"serve exited ({proc.returncode}); see {workdir / 'serve.log'}")
+                raise RuntimeError(f"serve exited ({proc.returncode}): {_last_line(workdir / 'serve.log')}")
             try:
                 if (tls / "ca.crt").exists() and requests.get(url + "/readyz", verify=str(tls / "ca.crt"),
                                                               timeout=2).status_code == 200:
@@ -229,42 +256,71 @@ def served(workdir: Path, port: int) -> Iterator[tuple[str, Path, subprocess.Pop
             if time.monotonic() > deadline:
                 raise RuntimeError(f"serve not ready within 60 s; see {workdir / 'serve.log'}")
             time.sleep(0.2)
-        yield url, tls / "ca.crt", proc
+        yield url, Client(url, ca, client_cert), proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
         log.close()
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else f"see {path}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="imex-webhook demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8443, help="port for the demo server (default %(default)s)")
-    parser.add_argument("--workdir", type=Path, help="where certificates and the server log go (default: temp)")
+    parser.add_argument("--workdir", type=Path, help="where certificates and the server log go (default: a "
+                                                     "temporary directory, removed at the end)")
     parser.add_argument("--exit", action="store_true", help="stop the server after the table instead of "
                                                            "serving until Ctrl-C")
     args = parser.parse_args(argv)
+    if not 1 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: expected a port in 1-65535")
+    if not port_free(args.port):
+        print(f"imex-webhook demo: port {args.port} is already in use; choose another with --port",
+              file=sys.stderr)
+        return 2
     # SIGTERM unwinds like Ctrl-C, so the server the demo started is stopped with it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="imex-webhook-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            return _run(args.workdir, args)
+        with tempfile.TemporaryDirectory(prefix="imex-webhook-demo-") as temp:
+            return _run(Path(temp), args)
+    except KeyboardInterrupt:
+        print("\nimex-webhook demo: interrupted; the server was stopped", file=sys.stderr)
+        return 130
+
+
+def _run(workdir: Path, args: argparse.Namespace) -> int:
     stream = sys.stderr
     try:
-        with served(workdir, args.port) as (url, ca, proc):
-            print(f"imex-webhook serving {url} (demo cluster, simulated fabric and agents; CA {ca})", file=stream)
-            outcomes = run(Client(url, ca), stream)
+        with served(workdir, args.port) as (url, client, proc):
+            print(f"imex-webhook serving {url} (demo cluster, simulated fabric and agents; CA {client.ca})",
+                  file=stream)
+            outcomes = run(client, stream)
             print("\n" + table(outcomes))
-            print(f"\nInspect: curl --cacert {ca} {url}/inspect")
+            print(f"\nInspect: curl --cacert {client.ca} {url}/inspect")
+            print(f"Cluster map: {url}/ui (trust the CA {client.ca} in the browser, or accept its certificate)")
+            if client.cert is not None and args.workdir is not None:
+                cert, key = client.cert
+                print(f"Extender verbs need the scheduler's certificate: curl --cacert {client.ca} --cert {cert} "
+                      f"--key {key} -H 'Content-Type: application/json' -d @ExtenderArgs.json {url}/filter")
             failed = [o for o in outcomes if not o.ok]
             if not args.exit and not failed:
                 print("Serving until Ctrl-C ...", file=stream, flush=True)
                 try:
                     proc.wait()
-                except KeyboardInterrupt:
-                    pass
-    except (RuntimeError, requests.RequestException) as exc:
+                except KeyboardInterrupt:  # the way to stop it: not an error
+                    print("", file=stream)
+    except (RuntimeError, OSError, requests.RequestException) as exc:
         print(f"imex-webhook demo: {exc}", file=sys.stderr)
         return 1
     if failed:

@@ -26,6 +26,12 @@ SCHEDULER_CONFIG_MAP = certs_cli.SCHEDULER_CONFIG_MAP_NAME
 SCHEDULER_CONFIG_KEY = certs_cli.SCHEDULER_CONFIG_KEY
 SCHEDULER_CONFIG_DIR = "/etc/imex-scheduler/config"
 EXTENDER_CA_FILE = certs_cli.EXTENDER_CA_FILE
+# The scheduler's client certificate, which the extender verbs require (serve --client-ca).
+SCHEDULER_CLIENT_CERT_FILE = certs_cli.SCHEDULER_CLIENT_CERT_FILE
+SCHEDULER_CLIENT_KEY_FILE = certs_cli.SCHEDULER_CLIENT_KEY_FILE
+# The webhook verifies it against the CA in its serving Secret (created with ca.crt; cert-manager adds it).
+WEBHOOK_TLS_DIR = "/etc/imex-webhook/tls"
+WEBHOOK_CLIENT_CA_FILE = f"{WEBHOOK_TLS_DIR}/ca.crt"
 WEBHOOK_CONFIGURATION = certs_cli.WEBHOOK_CONFIGURATION_NAME
 WEBHOOK_NAME = "pods.imex-webhook.io"
 WEBHOOK_PATH = "/mutate"
@@ -63,6 +69,8 @@ def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[
     Without ``ca_pem`` the extender's CA comes from the mounted Secret file, so a missing CA fails closed
     (kube-scheduler refuses to start) instead of falling back to an unverified connection, which is what
     it does with ``enableHTTPS`` and no CA at all. ``imex-webhook certs --kustomize`` inlines it as caData.
+    The client certificate is always a mounted file (``certFile``/``keyFile``): a key has no place in a
+    ConfigMap, and without it the extender verbs answer 403.
 
     The extender has no ``managedResources``: kube-scheduler then calls it for every pod of the profile.
     With a list, it would call filter, prioritize and bind only for pods whose containers request a listed
@@ -77,7 +85,8 @@ def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[
     ``ignoredResources`` hands that arithmetic to the extender. Without a fabric the scheduler keeps its own
     check, a second safety net.
     """
-    tls: dict[str, Any] = {"serverName": service_dns()}
+    tls: dict[str, Any] = {"serverName": service_dns(), "certFile": SCHEDULER_CLIENT_CERT_FILE,
+                           "keyFile": SCHEDULER_CLIENT_KEY_FILE}
     if ca_pem is None:
         tls["caFile"] = EXTENDER_CA_FILE
     else:
@@ -86,6 +95,8 @@ def scheduler_config(ca_pem: bytes | None = None, fabric: bool = False) -> dict[
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": True, "resourceNamespace": NAMESPACE, "resourceName": SCHEDULER_NAME},
+        # kube-scheduler ignores --profiling once --config is given; the pprof handlers are off here instead.
+        "enableProfiling": False,
         # Every node must reach the extender: a sample would hide most of a domain from the domain choice.
         "percentageOfNodesToScore": 100,
         "profiles": [{

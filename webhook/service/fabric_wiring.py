@@ -9,16 +9,18 @@ to Ready and Released, as DaemonSet agents do in a cluster. ``--fabric URL``: a 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from webhook.adapters.redfish import RedfishClient
+from webhook.adapters.redfish_auth import AUTH_MODES, AuthMode
 from webhook.adapters.redfish_fabric import RedfishFabric
 from webhook.agent.simulated import SimulatedNodeAgents
 from webhook.domain.attachments import Attachment, Phase
@@ -26,6 +28,7 @@ from webhook.domain.errors import StoreConflict
 from webhook.domain.fabric_plan import Timeouts
 from webhook.fabric_sim import inventory as sim_inventory
 from webhook.fabric_sim.server import RunningSim, start_in_thread
+from webhook.http.metrics import Metrics
 from webhook.state.backend import Backend
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
@@ -45,8 +48,13 @@ class FabricParts:
     reconciler: Reconciler
     sim: RunningSim | None = None
     agents: EmbeddedAgents | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def stop(self) -> None:
+        """Once only (it also runs at exit): stops the loops and logs out of the fabric's Redfish session."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
         self.reconciler.stop()
         self.fabric.stop()
         if self.agents is not None:
@@ -55,25 +63,43 @@ class FabricParts:
             self.sim.stop()
 
 
-def read_credentials(path: Path | None) -> tuple[str, str]:
-    """``user:password`` on one line, or YAML ``{username, password}``; kept out of the command line."""
+@dataclass(frozen=True)
+class FabricCredentials:
+    username: str
+    password: str = field(repr=False)
+    auth: AuthMode = "auto"  # auto: a Redfish session when the service offers one, else HTTP Basic
+
+
+def read_credentials(path: Path | None) -> FabricCredentials:
+    """``user:password`` on one line, or YAML ``{username, password, auth}`` with ``auth`` one of ``auto``
+    (the default), ``session`` or ``basic``; kept out of the command line. Errors never quote the file."""
     if path is None:
         raise FabricConfigError("--fabric URL needs --fabric-credentials FILE (user:password or YAML)")
     try:
         text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise FabricConfigError(f"--fabric-credentials {path}: {exc.strerror or exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FabricConfigError(f"--fabric-credentials {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     if ":" in text and "\n" not in text and not text.startswith("{"):
         user, _, password = text.partition(":")
-        return user, password
+        return FabricCredentials(user, password)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise FabricConfigError(f"--fabric-credentials {path}: not user:password nor YAML: {exc}") from exc
+        # The parser's message quotes the offending line, which may hold the password: only say where.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise FabricConfigError(f"--fabric-credentials {path}: neither user:password nor YAML{where}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("username"), str) or not isinstance(
             doc.get("password"), str):
-        raise FabricConfigError(f"--fabric-credentials {path}: expected username and password")
-    return doc["username"], doc["password"]
+        raise FabricConfigError(f"--fabric-credentials {path}: expected username and password (strings)")
+    unknown = sorted(str(k) for k in doc if k not in ("username", "password", "auth"))
+    if unknown:
+        raise FabricConfigError(f"--fabric-credentials {path}: unknown key {unknown[0][:40]!r} "
+                                "(known: username, password, auth)")
+    auth = doc.get("auth", "auto")
+    if auth not in AUTH_MODES:
+        raise FabricConfigError(f"--fabric-credentials {path}: auth must be one of {', '.join(AUTH_MODES)}")
+    return FabricCredentials(doc["username"], doc["password"], auth)
 
 
 class EmbeddedAgents:
@@ -132,16 +158,21 @@ def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, ob
     if fabric == "embedded":
         inv = sim_inventory.demo()
         sim = start_in_thread(inv)
-        url, user, password, verify = sim.url, inv.credentials.username, inv.credentials.password, True
+        url, creds, verify = sim.url, FabricCredentials(inv.credentials.username, inv.credentials.password), True
     else:
-        url, (user, password) = fabric, read_credentials(credentials)
+        url, creds = fabric, read_credentials(credentials)
         verify = str(ca) if ca else True
-    client = RedfishClient(url, user, password, verify, refresh_interval=refresh)
+    client = RedfishClient(url, creds.username, creds.password, verify, refresh_interval=refresh, auth=creds.auth)
     redfish = RedfishFabric(client)
     engine.attacher = FabricAttacher(backend.attachments, redfish, observer)
     reconciler = Reconciler(backend.attachments, redfish, store, timeouts, leader=backend.is_leader,
                             observer=observer)
+    if isinstance(observer, Metrics):
+        observer.watch_fabric(reconciler.unaccounted_blocks)
     parts = FabricParts(redfish, reconciler, sim)
+    # A worker that exits (SIGTERM, a restart) logs out instead of leaving its session to time out on the
+    # fabric manager, whose session slots are few.
+    atexit.register(parts.stop)
     if isinstance(backend.attachments, MemoryAttachmentStore):
         parts.agents = EmbeddedAgents(backend.attachments, store, node_objects or [])
     redfish.feed(store, refresh)

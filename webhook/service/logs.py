@@ -1,4 +1,5 @@
-"""Logging to stdout, plain or JSON lines; decisions carry their fields as structured data."""
+"""Logging to stdout, plain or JSON lines; decisions carry their fields as structured data. The userinfo of
+any URL in a message (``https://user:password@host``) is replaced by ``***`` on the way out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from webhook.domain.limits import redact_urls
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -16,13 +19,13 @@ class JsonFormatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact_urls(record.getMessage()),
         }
         decision = getattr(record, "decision", None)
         if decision:
             entry.update(decision)
         if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+            entry["exc"] = redact_urls(self.formatException(record.exc_info))
         return orjson.dumps(entry, default=str).decode()
 
 
@@ -32,7 +35,7 @@ class PlainFormatter(logging.Formatter):
         decision = getattr(record, "decision", None)
         if decision:
             text += " " + " ".join(f"{k}={v}" for k, v in decision.items() if v not in (None, ""))
-        return text
+        return redact_urls(text)  # a URL's user:password never reaches a log, whoever logged it
 
 
 def configure(fmt: str, level: str) -> None:

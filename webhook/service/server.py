@@ -1,15 +1,25 @@
 """``imex-webhook serve``: gunicorn (gthread workers, TLS) serving the Flask app.
 
 gthread keeps connections alive, so kube-scheduler and kube-apiserver pay the TLS handshake once per
-connection (the sync worker re-handshakes per request and is ~4x slower). gunicorn wraps every accepted
-connection with a fresh SSL context built from the certificate files, so rotated files take effect on
-the next connection while in-flight requests finish on the old one.
+connection (the sync worker re-handshakes per request and is ~4x slower). The worker
+(:mod:`webhook.service.worker`) does each handshake and reads each request in its poller under
+deadlines, so slow clients never hold a thread. Every new connection gets the context of
+:mod:`webhook.service.tls`, rebuilt when a certificate file changes, so rotated files take effect on the
+next connection while in-flight requests finish on the old one.
+
+Start-up order: every input is checked (:mod:`webhook.service.preflight`), then the socket is bound, and
+only then is "serving" logged; a problem with any of them is one line and exit status 2.
 """
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
+import os
+import resource
+import signal
+import socket
 import ssl
 import threading
 import time
@@ -18,21 +28,32 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask
+from gunicorn import sock as gunicorn_sock
+from gunicorn import util as gunicorn_util
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+from gunicorn.errors import AppImportError
 
 from certs import files as cert_files
 from certs import issue as cert_issue
 from webhook.adapters import embedded as embedded_backend
+from webhook.domain.errors import ImexWebhookError
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
-from webhook.service import fabric_wiring
-from webhook.service.settings import WORKER_TIMEOUT, Settings
+from webhook.service import callers, fabric_wiring, preflight
+from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, SettingsError, default_max_buffered
+from webhook.service.tls import Contexts, TlsFiles, server_context
+from webhook.service.worker import Limits, Worker
 from webhook.state.backend import Backend
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 
 log = logging.getLogger("imex_webhook.serve")
+
+MAX_CONNECTIONS = 1000  # per worker; slow and idle ones wait in the poller, not in a thread
+MAX_HEAD = 64 * 1024  # request line and headers; kube-scheduler and kube-apiserver send well under 4 KiB
+WRITE_TIMEOUT = 30.0  # each socket operation of a thread serving a request, the response included
 
 
 def tls_files(settings: Settings) -> tuple[Path, Path, Path | None]:
@@ -62,21 +83,27 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def tls_check(cert: Path, key: Path) -> Callable[[], tuple[bool, str]]:
+def tls_check(files: TlsFiles) -> Callable[[], tuple[bool, str]]:
+    """For /readyz: do the files on disk load now (the server keeps the last good pair if not)?"""
     def check() -> tuple[bool, str]:
         try:
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+            server_context(files)
         except (OSError, ssl.SSLError) as exc:
-            return False, f"certificate {cert} / key {key} do not load: {exc}"
-        return True, f"certificate {cert}"
+            return False, f"certificate {files.cert} / key {files.key} do not load: {exc}"
+        return True, f"certificate {files.cert}"
 
     return check
 
 
-def build_backend(settings: Settings, store: ClusterStore) -> Backend:
+def build_backend(settings: Settings, store: ClusterStore,
+                  cluster_objects: list[dict[str, Any]] | None = None) -> Backend:
+    """``cluster_objects``: the --cluster files as the start-up checks parsed them (read once)."""
     if settings.embedded:
         from webhook.adapters import embedded
 
+        if cluster_objects is not None:
+            return embedded.EmbeddedBackend(store, cluster_objects,
+                                            ", ".join(str(p) for p in settings.cluster_files), settings.pod_ttl)
         if settings.cluster_files:
             return embedded.from_files(store, list(settings.cluster_files), settings.pod_ttl)
         return embedded.from_demo(store, settings.pod_ttl)
@@ -88,11 +115,12 @@ def build_backend(settings: Settings, store: ClusterStore) -> Backend:
                         watch=WatchSettings(stall_timeout=settings.watch_stall_timeout))
 
 
-def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None) -> tuple[Flask, Engine, Backend]:
+def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None,
+          cluster_objects: list[dict[str, Any]] | None = None) -> tuple[Flask, Engine, Backend]:
     """Everything one worker serves: the cluster source, the engine and the app (started)."""
     policy: Policy = settings.policy
     store = ClusterStore(policy)
-    backend = build_backend(settings, store)
+    backend = build_backend(settings, store, cluster_objects)
     engine = Engine(store, backend.reservations, backend.binder, policy, holder=settings.holder,
                     bind_budget=settings.bind_budget)
     backend.start()
@@ -140,17 +168,52 @@ def _start_housekeeping(engine: Engine, interval: float) -> None:
     threading.Thread(target=loop, name="housekeeping", daemon=True).start()
 
 
-def _ssl_context(conf: Any, default_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    context = default_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
+def _worker_connections() -> int:
+    """Connections one worker may hold: 1,000 (gunicorn's default), fewer if the descriptor limit is low.
+
+    Slow and idle clients wait in the poller and cost one descriptor each, so the soft limit is raised to
+    the hard one first; a worker at its limit stops accepting instead of failing accept() in a loop.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(64, min(MAX_CONNECTIONS, soft - 128))  # the rest for the API server, fabric and log files
+
+
+def _bind_problem(bind: str, exc: OSError) -> str:
+    host, _, port = bind.rpartition(":")
+    if isinstance(exc, socket.gaierror):
+        return f"--bind {bind}: cannot resolve {host!r}: {exc.strerror or exc}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"--bind {bind}: port {port} is already in use (another process listens there); "
+                "choose another port with --bind HOST:PORT")
+    if exc.errno == errno.EACCES:
+        return f"--bind {bind}: permission denied (ports below 1024 need privileges); choose another port with --bind"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"--bind {bind}: {host} is not an address of this machine"
+    return f"--bind {bind}: cannot listen: {exc.strerror or exc}"
 
 
 class _Server(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings, cert: Path, key: Path) -> None:
+    def __init__(self, settings: Settings, cert: Path, key: Path,
+                 checked: preflight.Checked | None = None) -> None:
         self.settings = settings
         self.cert = cert
         self.key = key
+        self.checked = checked or preflight.Checked(TlsFiles(cert, key, settings.client_ca))
+        self.tls = Contexts(self.checked.tls)
+        self.limits = Limits(
+            handshake=settings.handshake_timeout, header=settings.header_timeout, body=settings.body_timeout,
+            keepalive=KEEPALIVE, write=WRITE_TIMEOUT, max_head=MAX_HEAD, max_body=settings.max_body,
+            buffered=settings.max_buffered or default_max_buffered(settings.max_body))
+        self.arbiter: Arbiter | None = None
+        self.listener: Any = None
         super().__init__()
 
     def load_config(self) -> None:
@@ -159,23 +222,22 @@ class _Server(BaseApplication):  # type: ignore[misc]
         options: dict[str, Any] = {
             "bind": [s.bind],
             "workers": workers,
-            "worker_class": "gthread",
+            "worker_class": Worker,
             "threads": s.threads,
+            "worker_connections": _worker_connections(),
+            # The worker wraps each connection itself with the context of webhook.service.tls; the files are
+            # named here so that gunicorn knows the server speaks TLS (wsgi.url_scheme https).
             "certfile": str(self.cert),
             "keyfile": str(self.key),
-            "ssl_context": _ssl_context,
+            "ssl_context": lambda conf, default: self.tls.current(),
             "timeout": WORKER_TIMEOUT,
             "graceful_timeout": 30,
-            # kube-scheduler and kube-apiserver keep connections open between calls.
-            "keepalive": 75,
+            "keepalive": int(KEEPALIVE),
             "accesslog": "-" if s.access_log else None,
             "errorlog": "-",
             "loglevel": s.log_level,
             "proc_name": "imex-webhook",
         }
-        if s.client_ca is not None:
-            options["ca_certs"] = str(s.client_ca)
-            options["cert_reqs"] = ssl.CERT_REQUIRED
         if "control_socket_disable" in self.cfg.settings:
             # gunicorn >= 25.1 opens a control socket in $HOME by default: a shared path that two servers on
             # one machine fight over, and a write a read-only root filesystem refuses.
@@ -184,15 +246,76 @@ class _Server(BaseApplication):  # type: ignore[misc]
             if value is not None:
                 self.cfg.set(key, value)
 
+    def bind(self) -> None:
+        """Listen on --bind now, before anything says "serving"; a refusal is a SettingsError."""
+        if self.listener is not None:
+            return
+        (address,) = self.cfg.address
+        family = socket.AF_INET6 if gunicorn_util.is_ipv6(address[0]) else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except OSError as exc:
+            sock.close()
+            raise SettingsError(_bind_problem(self.settings.bind, exc)) from None
+        self.arbiter = Arbiter(self)
+        # gunicorn's listener on the bound socket: it listens, and the workers inherit it.
+        self.listener = gunicorn_sock._sock_type(address)(address, self.cfg, self.arbiter.log, fd=sock.detach())
+
+    @property
+    def port(self) -> int:
+        port: int = self.listener.getsockname()[1]
+        return port
+
+    def run(self) -> None:
+        self.bind()
+        assert self.arbiter is not None
+        self.arbiter.LISTENERS = [self.listener]
+        if self.settings.exit_with_parent:
+            _exit_with_parent()
+        self.arbiter.run()
+
     def load(self) -> Flask:
         # Runs in each worker after the fork: watch threads and caches must live in the worker.
-        app, _, _ = build(self.settings, tls_check(self.cert, self.key))
+        try:
+            app, _, _ = build(self.settings, tls_check(self.checked.tls), self.checked.cluster_objects)
+        except (ImexWebhookError, OSError, ValueError, RuntimeError) as exc:
+            # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.
+            raise AppImportError(f"imex-webhook serve: cannot start: {preflight.one_line(str(exc))}") from exc
+        if self.settings.client_ca is not None:
+            app.wsgi_app = callers.require_client_certificate(  # type: ignore[method-assign,assignment]
+                app.wsgi_app, refused=app.extensions["imex"].metrics.count)
         return app
 
 
+def _exit_with_parent() -> None:
+    """Stop gracefully once the process that started us is gone (its child would otherwise outlive it)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        log.info("the parent process %d exited; stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def serve(settings: Settings) -> int:
-    cert, key, _ = tls_files(settings)
+    """Check every input, bind, then serve until stopped. Raises SettingsError (exit status 2) for an input
+    that cannot work, before anything is started."""
+    try:
+        cert, key, _ = tls_files(settings)
+    except (cert_issue.CertError, OSError) as exc:
+        raise SettingsError(f"--tls-dir {settings.tls_dir}: {preflight.one_line(str(exc))}") from None
+    checked = preflight.check(settings, cert, key)
+    server = _Server(settings, cert, key, checked)
+    server.bind()
     log.info("imex-webhook serving https://%s (%s mode); settings: %s", settings.bind,
              "embedded" if settings.embedded else "kubernetes", settings.redacted())
-    _Server(settings, cert, key).run()
+    if settings.client_ca is None:
+        log.warning("no --client-ca: /filter, /prioritize, /bind and /preempt answer any caller that reaches "
+                    "%s; give the scheduler's client CA in a cluster", settings.bind)
+    server.run()
     return 0

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from webhook.domain import keys
+from webhook.domain.errors import ImexWebhookError
+from webhook.domain.limits import redact_url
 from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT, Policy
 from webhook.http.app import DEFAULT_MAX_BODY
 
@@ -18,6 +20,19 @@ DEFAULT_BIND = "127.0.0.1:8443"
 # the configured httpTimeout, and gunicorn's worker timeout above both so a slow bind is never killed.
 DEFAULT_BIND_BUDGET = 20.0
 WORKER_TIMEOUT = 120
+# Deadlines for a client to finish each part of a request (webhook.service.worker). kube-scheduler and
+# kube-apiserver send a request in one go over a kept-alive connection, so these only ever cut off
+# clients that stall; the body deadline leaves room for a 40 MiB NodeList on a slow link.
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 30.0
+KEEPALIVE = 75.0  # kube-scheduler and kube-apiserver keep connections open between calls
+# Request bytes held for requests still arriving, all connections together (None: the default below).
+MIN_MAX_BUFFERED = 256 * 1024 * 1024
+
+
+def default_max_buffered(max_body: int) -> int:
+    return max(4 * max_body, MIN_MAX_BUFFERED)
 
 
 def default_tls_dir() -> Path:
@@ -46,6 +61,11 @@ class Settings:
     attach_timeout: float = 120.0
     orphan_grace: float = 60.0
     max_body: int = DEFAULT_MAX_BODY
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    exit_with_parent: bool = False
+    max_buffered: int | None = None
     bind_budget: float = DEFAULT_BIND_BUDGET
     housekeeping_interval: float = 30.0
     pod_ttl: float = 600.0
@@ -61,9 +81,10 @@ class Settings:
         return self.kubeconfig is None and not self.in_cluster
 
     def redacted(self) -> dict[str, Any]:
-        """For the start-up log line; nothing here is secret, but key paths are all we ever show."""
+        """For the start-up log line: key paths, never keys; the --fabric URL without its userinfo."""
         out = asdict(self)
         out["policy"] = asdict(self.policy)
+        out["fabric"] = redact_url(self.fabric)
         return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
 
 
@@ -78,14 +99,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="largest request body in bytes (default %(default)s, room for a 5,000-node NodeList)")
     net.add_argument("--bind-budget", type=float, default=DEFAULT_BIND_BUDGET,
                      help="seconds /bind may spend (attach + binding); keep below the extender httpTimeout")
+    net.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT, metavar="S",
+                     help="seconds a client has for the TLS handshake (default %(default)s)")
+    net.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT, metavar="S",
+                     help="seconds a client has to send a request head (default %(default)s)")
+    net.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT, metavar="S",
+                     help="seconds a client has to send a request body after its head (default %(default)s)")
+    net.add_argument("--max-buffered", type=int, metavar="BYTES",
+                     help="request bytes held for requests still arriving, all connections together; beyond it "
+                          "their bodies wait (default: 4 x --max-body, at least 256 MiB)")
     net.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    net.add_argument("--exit-with-parent", action="store_true",
+                     help="stop when the process that started serve exits (for tools that run it as a child)")
     tls = parser.add_argument_group("TLS")
     tls.add_argument("--tls-cert", type=Path, help="serving certificate (PEM); with --tls-key")
     tls.add_argument("--tls-key", type=Path, help="serving key (PEM); with --tls-cert")
     tls.add_argument("--tls-dir", type=Path,
                      help="directory with ca.crt/tls.crt/tls.key, created if absent "
                           f"(default without --tls-cert: {default_tls_dir()})")
-    tls.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA")
+    tls.add_argument("--client-ca", type=Path, metavar="FILE",
+                     help="CA of the clients that may call /filter, /prioritize, /bind and /preempt (the "
+                          "scheduler's client certificate); without it those verbs answer any caller")
     tls.add_argument("--service-name", default="imex-webhook", help="Service name for the certificate SANs")
     tls.add_argument("--namespace", default="imex-system", help="namespace for the certificate SANs")
     src = parser.add_argument_group("cluster state")
@@ -131,8 +165,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
-class SettingsError(Exception):
-    pass
+class SettingsError(ImexWebhookError):
+    """A command line or an input it names that ``serve`` cannot start with; the message is one line."""
 
 
 def _one_worker(ns: argparse.Namespace) -> str:
@@ -158,8 +192,20 @@ def from_args(ns: argparse.Namespace) -> Settings:
     if ns.workers > 1:
         raise SettingsError(_one_worker(ns))
     _, sep, port = ns.bind.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.isascii() or not port.isdigit():
         raise SettingsError(f"--bind {ns.bind!r}: expected HOST:PORT")
+    if len(port.lstrip("0")) > 5 or not 1 <= int(port) <= 65535:
+        shown = port if len(port) <= 12 else port[:12] + "..."
+        raise SettingsError(f"--bind {ns.bind[:60]!r}: port {shown} is out of range (1-65535)")
+    if ns.max_body < 1:
+        raise SettingsError(f"--max-body {ns.max_body}: expected a positive number of bytes")
+    if ns.max_buffered is not None and ns.max_buffered < ns.max_body:
+        raise SettingsError(f"--max-buffered {ns.max_buffered}: must hold at least one body (--max-body "
+                            f"{ns.max_body})")
+    for flag, seconds in (("--handshake-timeout", ns.handshake_timeout), ("--header-timeout", ns.header_timeout),
+                          ("--body-timeout", ns.body_timeout)):
+        if not 0 < seconds <= 3600:
+            raise SettingsError(f"{flag} {seconds:g}: expected seconds in (0, 3600]")
     for path in ns.cluster:
         if not path.is_file():
             raise SettingsError(f"--cluster {path}: no such file")
@@ -190,7 +236,9 @@ def from_args(ns: argparse.Namespace) -> Settings:
         kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, cluster_files=tuple(ns.cluster), fabric=ns.fabric,
         fabric_credentials=ns.fabric_credentials, fabric_ca=ns.fabric_ca, fabric_refresh=ns.fabric_refresh,
         attach_timeout=ns.attach_timeout, orphan_grace=ns.orphan_grace,
-        max_body=ns.max_body, bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
+        max_body=ns.max_body, handshake_timeout=ns.handshake_timeout, header_timeout=ns.header_timeout,
+        body_timeout=ns.body_timeout, exit_with_parent=ns.exit_with_parent, max_buffered=ns.max_buffered,
+        bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
         access_log=ns.access_log, policy=policy, housekeeping_interval=ns.housekeeping_interval,
         pod_ttl=ns.pod_ttl,
         watch_stall_timeout=ns.watch_stall_timeout,

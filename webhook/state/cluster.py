@@ -39,10 +39,13 @@ from webhook.domain.model import (
     Snapshot,
 )
 from webhook.domain.policy import Policy
+from webhook.state import workload_tables
+from webhook.state.workload_tables import WorkloadTables
 
 log = logging.getLogger(__name__)
 
-KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice")
+KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice",
+         *workload_tables.KINDS)
 _SHOWN = 300  # characters of a rejection's explanation that reach the log
 
 
@@ -94,6 +97,7 @@ class ClusterStore:
         self._cds: dict[str, ComputeDomain] = {}
         self._cd_keys: dict[ObjectKey, str] = {}
         self._jobs: dict[ObjectKey, Job] = {}
+        self._workloads = WorkloadTables()  # PodGroups, Workloads, JobSets, training jobs (docs/GROUPS.md)
         self._used: dict[str, int] = defaultdict(int)
         self._node_groups: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._node_cds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -105,6 +109,9 @@ class ClusterStore:
         self._synced: dict[str, bool] = {}
         self._version = 0
         self._snapshot: Snapshot | None = None
+        # The nodes and domains of the last snapshot, rebuilt only after a node changed: their identity marks
+        # the node generation that memoized node sets (webhook.state.node_sets) are keyed by.
+        self._node_view: tuple[dict[str, Node], dict[str, tuple[str, ...]]] | None = None
         # Objects skipped because they could not be parsed or derived, by kind: key -> resourceVersion.
         self._rejects: dict[str, dict[ObjectKey, str]] = defaultdict(dict)
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
@@ -225,7 +232,7 @@ class ClusterStore:
             return {
                 "Node": len(self._nodes), "Pod": len(self._pods), "ResourceClaim": len(self._claims),
                 "ResourceClaimTemplate": len(self._templates), "ComputeDomain": len(self._cds),
-                "Job": len(self._jobs), "ResourceSlice": len(self._slices),
+                "Job": len(self._jobs), "ResourceSlice": len(self._slices), **self._workloads.counts(),
             }
 
     # -- internals -----------------------------------------------------------------------------------
@@ -237,6 +244,8 @@ class ClusterStore:
             return [("", n) for n in self._slices]
         if kind == "ComputeDomain":
             return list(self._cd_keys)
+        if kind in workload_tables.KINDS:
+            return self._workloads.keys(kind)
         tables: dict[str, dict[ObjectKey, Any]] = {
             "Pod": dict(self._pods), "ResourceClaim": self._claims,
             "ResourceClaimTemplate": self._templates, "Job": self._jobs,
@@ -287,6 +296,10 @@ class ClusterStore:
             job = parsing.job(obj)
             self._jobs[(job.namespace, job.name)] = job
             self._rederive(job.namespace)
+        elif kind in workload_tables.KINDS:
+            namespace = self._workloads.upsert(kind, obj, _key(obj))
+            if namespace is not None:
+                self._rederive(namespace)
         else:
             raise ValueError(f"unknown kind {kind}")
 
@@ -310,6 +323,10 @@ class ClusterStore:
         elif kind == "Job":
             if self._jobs.pop(key, None) is not None:
                 self._rederive(key[0])
+        elif kind in workload_tables.KINDS:
+            namespace = self._workloads.remove(kind, key)
+            if namespace is not None:
+                self._rederive(namespace)
 
     def _set_slice(self, name: str, new: slices.SliceGpus | None) -> None:
         old = self._slices.pop(name, None)
@@ -325,6 +342,7 @@ class ClusterStore:
             self._refresh_node(node)
 
     def _refresh_node(self, name: str) -> None:
+        self._node_view = None
         parsed = self._node_objects.get(name)
         if parsed is None:
             self._nodes.pop(name, None)
@@ -333,7 +351,9 @@ class ClusterStore:
         self._nodes[name] = replace(parsed, gpus=parsed.gpus + dra, dra_gpus=dra) if dra else parsed
 
     def _catalog(self) -> Catalog:
-        return Catalog(self._templates, self._claims, self._cds, self._jobs)
+        w = self._workloads
+        return Catalog(self._templates, self._claims, self._cds, self._jobs, w.pod_groups, w.gang_workloads,
+                       w.controllers)
 
     def _derive(self, pod: Pod) -> _Derived:
         catalog = self._catalog()
@@ -389,8 +409,8 @@ class ClusterStore:
                     del self._members[old.group_id]
 
     def _rederive(self, namespace: str) -> None:
-        # Group identity and demand depend on templates, claims, ComputeDomains and Jobs; pods that
-        # arrived before those objects are re-derived when they show up.
+        # Group identity and demand depend on templates, claims, ComputeDomains, Jobs and the gang API's and
+        # controllers' objects; pods that arrived before those objects are re-derived when they show up.
         if self._deferred is not None:
             self._deferred.add(namespace)
             return
@@ -402,11 +422,17 @@ class ClusterStore:
                 self._unset_pod(key)
                 self._reject("Pod", key, "", exc)
 
+    def _nodes_and_domains(self) -> tuple[dict[str, Node], dict[str, tuple[str, ...]]]:
+        if self._node_view is None:
+            domains: dict[str, list[str]] = defaultdict(list)
+            for node in self._nodes.values():
+                if node.domain:
+                    domains[node.domain].append(node.name)
+            self._node_view = dict(self._nodes), {d: tuple(sorted(ns)) for d, ns in domains.items()}
+        return self._node_view
+
     def _build(self) -> Snapshot:
-        domains: dict[str, list[str]] = defaultdict(list)
-        for node in self._nodes.values():
-            if node.domain:
-                domains[node.domain].append(node.name)
+        nodes, domains = self._nodes_and_domains()
         promised: dict[str, int] = defaultdict(int)
         slots_used: dict[str, int] = defaultdict(int)
         for uid, att in self._attachments.items():
@@ -421,13 +447,15 @@ class ClusterStore:
             if att.phase is Phase.READY and not att.deleting and not bound:
                 promised[att.node] += att.gpus
         return Snapshot(
-            nodes=dict(self._nodes),
+            nodes=nodes,
             used_gpus=dict(self._used),
             node_groups={n: frozenset(g) for n, g in self._node_groups.items()},
             node_compute_domains={n: frozenset(c) for n, c in self._node_cds.items()},
             members={g: tuple(m.values()) for g, m in self._members.items()},
-            domains={d: tuple(sorted(ns)) for d, ns in domains.items()},
-            catalog=Catalog(dict(self._templates), dict(self._claims), dict(self._cds), dict(self._jobs)),
+            domains=domains,
+            catalog=Catalog(dict(self._templates), dict(self._claims), dict(self._cds), dict(self._jobs),
+                            dict(self._workloads.pod_groups), dict(self._workloads.gang_workloads),
+                            dict(self._workloads.controllers)),
             fabric_free=dict(self._fabric_free),
             reservations=dict(self._reservations),
             version=self._version,

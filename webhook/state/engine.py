@@ -24,6 +24,8 @@ from webhook.domain.model import Demand, Group, Node, Pod, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
+from webhook.state.events import EventSink, Reporter, sink_of
+from webhook.state.node_sets import NodeSets
 from webhook.state.reservations import DomainFull, ReservationStore
 
 log = logging.getLogger("imex_webhook.decisions")
@@ -137,7 +139,7 @@ class _Arbiter:
 class Engine:
     def __init__(self, store: ClusterStore, reservations: ReservationStore, binder: Binder, policy: Policy,
                  attacher: Attacher | None = None, holder: str = "", bind_budget: float = 20.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, events: EventSink | None = None) -> None:
         self.store = store
         self.reservations = reservations
         self.binder = binder
@@ -151,9 +153,30 @@ class Engine:
         self._choosing = threading.Lock()
         self._in_flight: Mapping[str, Reservation] = MappingProxyType({})
         self.proposals = ProposalView(self)
+        # Kubernetes Events about pods and ComputeDomains (webhook.state.events); never blocks, never raises.
+        self.events: EventSink = events or sink_of(binder)
+        self._report = Reporter(self.events, policy)
+        self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
 
     def snapshot(self) -> Snapshot:
         return replace(self.store.snapshot(), reservations=self.reservations.all())
+
+    def loading(self) -> str | None:
+        """Why the caches cannot be trusted yet, or None. Until every initial list has arrived a replica
+        sees reservations without their members (or members without their reservations): a choice would
+        ignore other groups' capacity and housekeeping would release live groups' reservations."""
+        waiting = sorted(kind for kind, synced in self.store.sync_state().items() if not synced)
+        if not getattr(self.reservations, "synced", True):
+            waiting.append("DomainReservation")
+        if not waiting:
+            return None
+        return (f"the extender's caches are still loading ({', '.join(waiting)} not listed yet); "
+                "the scheduler retries")
+
+    def _require_loaded(self) -> None:
+        why = self.loading()
+        if why is not None:
+            raise DecisionError(why)
 
     # -- promises -------------------------------------------------------------------------------------
 
@@ -216,11 +239,12 @@ class Engine:
         now = self.clock()
         inputs = self._inputs()
         result = filtering.filter_nodes(pod, candidates, self.snapshot(), self.policy,
-                                        _Lazy(lambda: self.promised(now)), now, node_view, self.holder)
+                                        _Lazy(lambda: self.promised(now)), now, node_view, self.holder, self.node_sets)
         return result, inputs
 
     def filter(self, pod: Pod, candidates: Sequence[str],
                node_view: Mapping[str, Node] | None = None) -> filtering.FilterOutcome:
+        self._require_loaded()
         result, inputs = self._filter(pod, candidates, node_view)
         ctx = result.context
         if ctx is not None and ctx.reservation is not None and not ctx.reservation.version:
@@ -233,6 +257,8 @@ class Engine:
         ctx = result.context
         if ctx is not None:
             group = ctx.group
+            if result.outcome == "no-domain":
+                self._report.no_domain(pod, ctx, self.store.snapshot().catalog)
             _decision_log(
                 "filter", pod.ref, group=group.id if group else None, domain=ctx.domain,
                 outcome=result.outcome, passed=len(result.passed), failed=len(result.failed),
@@ -267,6 +293,7 @@ class Engine:
             finally:
                 self._land(res)
             if stored.domain == res.domain:
+                self._report.reserved(pod, ctx.group, stored, self.store.snapshot().catalog)
                 return result
             # Another replica reserved the group first: its domain holds; filter against it.
             return self._filter(pod, candidates, node_view)[0]
@@ -290,6 +317,7 @@ class Engine:
         for one pod at a time, each with its own candidates; without the record, the next member could
         choose another domain, and the group would evict pods in two domains and fit in neither (seen
         with the real scheduler). If the record cannot be made, nothing is evicted this cycle."""
+        self._require_loaded()
         now = self.clock()
         victims = {}
         for uids in candidates.values():
@@ -330,6 +358,7 @@ class Engine:
         finally:
             self._land(res)
         if stored.domain == res.domain:
+            self._report.reserved(pod, ctx.group, stored, snapshot.catalog)
             return result
         # Another replica reserved the group elsewhere first: preempt only inside that domain.
         now = self.clock()
@@ -341,6 +370,7 @@ class Engine:
         deadline = now + self.bind_budget
         ref = f"{namespace}/{name}"
         try:
+            self._require_loaded()
             pod = self.store.pod(namespace, name) or self.binder.read_pod(namespace, name)
             snapshot = self.snapshot()
             plan = binding.plan(pod, uid, node, snapshot, self.policy, _Lazy(lambda: self.promised(now)), now,
@@ -357,7 +387,13 @@ class Engine:
             attached = 0
             if plan.needs_fabric:
                 attached = plan.attach_gpus or (plan.attachment.gpus if plan.attachment else 0)
-                self.attacher.attach(pod, snapshot.nodes[node], attached, deadline)
+                self._report.attach_started(pod, node, attached, snapshot)
+                try:
+                    self.attacher.attach(pod, snapshot.nodes[node], attached, deadline)
+                except DecisionError as exc:
+                    self._report.attach_done(pod, node, attached, snapshot.catalog, failure=str(exc))
+                    raise
+                self._report.attach_done(pod, node, attached, snapshot.catalog)
             self.binder.bind(pod, node)
             if plan.reservation is not None:
                 self._placed(plan.reservation.group_id, now)
@@ -391,6 +427,7 @@ class Engine:
         if stored.domain != proposal.domain:
             raise DecisionError(f"{what} was reserved in domain {stored.domain} by "
                                 f"{stored.holder or 'another replica'}; the scheduler retries inside that domain")
+        self._report.reserved(pod, group, stored, snapshot.catalog)
         return stored
 
     def _placed(self, group_id: str, now: float) -> None:
@@ -401,7 +438,12 @@ class Engine:
             log.warning("could not record placement for %s: %s", group_id, exc)
 
     def housekeep(self) -> list[tuple[str, str]]:
-        """Release reservations whose group is gone or that expired with no member placed; drop dead promises."""
+        """Release reservations whose group is gone or that expired with no member placed; drop dead promises.
+        Nothing while the caches are loading: a group whose pods are not listed yet looks gone."""
+        why = self.loading()
+        if why is not None:
+            log.info("housekeeping waits: %s", why)
+            return []
         now = self.clock()
         snapshot = self.snapshot()
         released = []
@@ -413,6 +455,7 @@ class Engine:
                 continue
             released.append((group_id, why))
             _decision_log("release", group_id, reason=why)
+            self._report.released(snapshot.reservations[group_id], why, snapshot, now)
         dropped = self.reservations.prune(lambda p: self.live(p, self.clock()))
         if dropped:
             log.info("dropped %d dead domain promises", dropped)

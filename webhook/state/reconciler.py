@@ -44,6 +44,9 @@ class Reconciler:
 
     def run_once(self) -> list[Action]:
         if not self.leader():
+            # Another replica reconciles: first-seen times kept from an earlier term would cut a block's grace
+            # short when this one leads again, and /metrics would keep reporting them.
+            self._orphan_seen = {}
             return []
         now = self.clock()
         atts = self.store.all()
@@ -68,6 +71,10 @@ class Reconciler:
                 log.warning("reconcile %s of %s failed, retried next round: %s", action.act.value,
                             action.attachment.name if action.attachment else action.block, exc)
         return actions
+
+    def unaccounted_blocks(self) -> int:
+        """Composed blocks no attachment accounts for, as the last round found them (leaked until detached)."""
+        return len(self._orphan_seen)
 
     def _deadline(self) -> float:
         return time.monotonic() + CALL_BUDGET

@@ -111,12 +111,42 @@ def simulate_main(argv: Sequence[str] | None = None) -> int:
         print("imex-webhook simulate: --cliques and --jobs must be >= 1, --load > 0, fabric sizes >= 0",
               file=sys.stderr)
         return 2
+    problem = _plots_problem() if not ns.no_plots else None
+    problem = problem or _out_problem(ns.out)
+    if problem:
+        print(f"imex-webhook simulate: {problem}", file=sys.stderr)
+        return 2
     params = workload.Params(seed=ns.seed, cliques=ns.cliques, jobs=ns.jobs, load=ns.load,
                              fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout)
     result = simulate.run(params, policies, ns.out, plots=not ns.no_plots)
     print(sim_report.tables(result), end="")
-    print(f"Report: {ns.out / 'report.md'}")
+    written = ["report.md", "metrics.json", *result["plots"]]
+    print(f"Wrote {', '.join(written)} to {ns.out.resolve()}")
     return 0
+
+
+def _plots_problem() -> str | None:
+    """Checked before a run that may take minutes, not after it."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return "the PNG plots need matplotlib: pip install 'imex-webhook[tools]', or pass --no-plots"
+    return None
+
+
+def _out_problem(out: Path) -> str | None:
+    """--out must be a directory we can write (created if absent), checked before the run."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: exists and is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        return f"--out {out}: cannot write there: {exc.strerror or exc}"
+    return None
 
 
 def soak_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,136 @@
+"""Where an HTTP/1.1 request ends, judged from the bytes received so far (pure; RFC 9112 section 6).
+
+The server reads each request completely in its poller before a thread serves it (see
+:mod:`webhook.service.worker`), so it must know from the buffered bytes alone whether the head is
+complete, how the body is framed and whether the body is complete. A head whose framing cannot be
+trusted (a malformed header line, conflicting or malformed Content-Length and Transfer-Encoding) is
+refused here with 400, as the HTTP parser behind would refuse it, so that no thread ever waits on the
+socket for a body whose end is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HEAD_END = b"\r\n\r\n"
+# A chunk-size line (hex size and extensions) longer than this is not one a real client sends.
+MAX_CHUNK_LINE = 1024
+
+
+class FramingError(Exception):
+    """The request cannot be read to its end: answered with ``status`` and the message, then closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Head:
+    """The framing facts of a complete request head."""
+
+    end: int  # offset just past the blank line
+    length: int | None = None  # Content-Length
+    chunked: bool = False
+    expect_continue: bool = False
+
+
+def find_head(buf: bytes | bytearray, limit: int, start: int = 0) -> Head | None:
+    """The head, once ``buf`` holds all of it; ``None`` while it is still arriving. ``start``: where the
+    search may resume (no head end begins before it), so a head trickled byte by byte costs linear time."""
+    end = buf.find(HEAD_END, start, limit + len(HEAD_END))
+    if end < 0:
+        if len(buf) > limit:
+            raise FramingError(431, f"request head larger than {limit} bytes")
+        return None
+    return parse_head(bytes(buf[:end]), end + len(HEAD_END))
+
+
+def parse_head(head: bytes, end: int) -> Head:
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    expect = False
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise FramingError(400, "malformed header line (obsolete line folding or no field name)")
+        key = name.lower()
+        if key == b"content-length":
+            lengths.append(value.strip())
+        elif key == b"transfer-encoding":
+            codings.extend(c.strip().lower() for c in value.split(b","))
+        elif key == b"expect" and value.strip().lower() == b"100-continue":
+            expect = True
+    if codings:
+        if lengths:
+            raise FramingError(400, "both Content-Length and Transfer-Encoding: the body's end is ambiguous")
+        if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
+            raise FramingError(400, "Transfer-Encoding must end with chunked, once")
+        return Head(end, chunked=True, expect_continue=expect)
+    if not lengths:
+        return Head(end)
+    if len(lengths) > 1 or not lengths[0].isascii() or not lengths[0].isdigit():
+        raise FramingError(400, "Content-Length must be one decimal number")
+    # Beyond 18 digits it is above any body limit; int() of thousands of digits would be refused anyway.
+    length = int(lengths[0]) if len(lengths[0]) <= 18 else 10**18
+    return Head(end, length=length, expect_continue=expect)
+
+
+class ChunkedBody:
+    """Scans a chunked body as it arrives; each call resumes where the last complete chunk ended, so a body
+    of many small chunks costs linear time however it is split across reads."""
+
+    def __init__(self, start: int, max_body: int) -> None:
+        self.pos = start
+        self.total = 0
+        self.max_body = max_body
+        self.in_trailers = False
+
+    def end(self, buf: bytes | bytearray) -> int | None:
+        """Offset just past the last chunk and the trailers; ``None`` while they are still arriving. Raises
+        :class:`FramingError` for a malformed or oversized body."""
+        while not self.in_trailers:
+            line_end = buf.find(b"\r\n", self.pos, self.pos + MAX_CHUNK_LINE + 2)
+            if line_end < 0:
+                if len(buf) - self.pos > MAX_CHUNK_LINE:
+                    raise FramingError(400, "malformed chunked body: chunk-size line too long")
+                return None
+            size = _chunk_size(bytes(buf[self.pos:line_end]))
+            if self.total + size > self.max_body:
+                raise FramingError(413, f"request body larger than the limit of {self.max_body} bytes")
+            if size == 0:
+                self.pos, self.in_trailers = line_end + 2, True
+                break
+            data_end = line_end + 2 + size
+            if len(buf) < data_end + 2:
+                return None
+            if buf[data_end:data_end + 2] != b"\r\n":
+                raise FramingError(400, "malformed chunked body: chunk data not followed by CRLF")
+            self.pos, self.total = data_end + 2, self.total + size
+        return _trailers_end(buf, self.pos)
+
+
+def _chunk_size(line: bytes) -> int:
+    text = line.split(b";", 1)[0].strip()
+    if not text or len(text) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in text):
+        raise FramingError(400, "malformed chunked body: bad chunk size")
+    return int(text, 16)
+
+
+def _trailers_end(buf: bytes | bytearray, pos: int) -> int | None:
+    if buf[pos:pos + 2] == b"\r\n":
+        return pos + 2
+    end = buf.find(HEAD_END, pos)
+    if end < 0:
+        if len(buf) - pos > MAX_CHUNK_LINE * 8:
+            raise FramingError(400, "malformed chunked body: trailers too long")
+        return None
+    return end + len(HEAD_END)
+
+
+def content_end(head: Head, max_body: int) -> int:
+    """Offset just past a request framed by Content-Length (or without a body)."""
+    length = head.length or 0
+    if length > max_body:
+        raise FramingError(413, f"request body of {length} bytes is larger than the limit of {max_body} bytes")
+    return head.end + length

@@ -1,0 +1,205 @@
+"""What the engine tells Kubernetes Events about, as plain data (docs/OPERATING.md, "Events").
+
+The engine reports what happened to a pod and to its ComputeDomain as ``Occurrence``s through an
+``EventSink``: a group got its domain, no domain can host it, a fabric attach started, succeeded or
+failed, a reservation expired or was released. In Kubernetes mode the recorder of
+``webhook.adapters.kube_events`` turns them into events.k8s.io/v1 Events (aggregated into series,
+rate-limited, written by a background thread); embedded mode writes them to the decision log.
+
+A sink never blocks and never raises, and ``Reporter`` catches whatever building an occurrence might
+raise: an Event is a courtesy to the operator, never a reason for the extender to answer late or fail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from webhook.domain import grouping
+from webhook.domain.attachments import Phase
+from webhook.domain.filtering import Context
+from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Reservation, Snapshot
+from webhook.domain.placement import members_summary
+from webhook.domain.policy import Policy
+
+log = logging.getLogger("imex_webhook.decisions.events")
+
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    name: str  # the Event's reason: what `kubectl describe` shows in its Reason column
+    type: str  # Normal | Warning
+    action: str  # what was done or tried (machine-readable; part of the aggregation key)
+
+
+DOMAIN_RESERVED = Reason("DomainReserved", NORMAL, "ReserveDomain")
+NO_DOMAIN_FITS = Reason("NoDomainFits", WARNING, "ReserveDomain")
+RESERVATION_EXPIRED = Reason("ReservationExpired", WARNING, "ReleaseReservation")
+RESERVATION_RELEASED = Reason("ReservationReleased", NORMAL, "ReleaseReservation")
+FABRIC_ATTACH_STARTED = Reason("FabricAttachStarted", NORMAL, "AttachFabricGPUs")
+FABRIC_ATTACHED = Reason("FabricAttached", NORMAL, "AttachFabricGPUs")
+FABRIC_ATTACH_FAILED = Reason("FabricAttachFailed", WARNING, "AttachFabricGPUs")
+REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
+           FABRIC_ATTACHED, FABRIC_ATTACH_FAILED)
+
+# Why an occurrence never became an Event (label values of imex_webhook_events_dropped_total).
+DROP_REASONS = ("queue-full", "rate-limited", "rejected", "unavailable")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an Event is about (an ObjectReference without resourceVersion and fieldPath)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def pod_ref(pod: Pod) -> ObjectRef:
+    return ObjectRef("v1", "Pod", pod.namespace, pod.name, pod.uid)
+
+
+def domain_ref(cd: ComputeDomain) -> ObjectRef:
+    return ObjectRef("resource.nvidia.com/v1beta1", "ComputeDomain", cd.namespace, cd.name, cd.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One thing that happened to one object."""
+
+    reason: Reason
+    note: str
+    regarding: ObjectRef
+    related: ObjectRef | None = None
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    def record(self, occurrence: Occurrence) -> None:
+        """Take the occurrence, or drop it and count why; return at once, never raise."""
+        ...
+
+    def dropped(self) -> Mapping[str, int]:
+        """Occurrences dropped so far, by one of ``DROP_REASONS``."""
+        ...
+
+
+class LogEvents:
+    """Embedded mode: each occurrence is one line of the decision log."""
+
+    def record(self, occurrence: Occurrence) -> None:
+        if log.isEnabledFor(logging.INFO):
+            related = occurrence.related.ref if occurrence.related else None
+            log.info("event", extra={"decision": {
+                "verb": "event", "object": occurrence.regarding.ref, "reason": occurrence.reason.name,
+                "type": occurrence.reason.type, "related": related, "note": occurrence.note}})
+
+    def dropped(self) -> Mapping[str, int]:
+        return {}
+
+
+def sink_of(carrier: object) -> EventSink:
+    """The sink a backend's part carries (Kubernetes mode: the binder carries the API server's recorder),
+    else the decision log."""
+    found = getattr(carrier, "events", None)
+    return found if isinstance(found, EventSink) else LogEvents()
+
+
+def _group_text(res: Reservation) -> str:
+    return f"{res.namespace}/{res.group_name}"
+
+
+class Reporter:
+    """Turns what the engine did into occurrences on the pod and on the group's ComputeDomain."""
+
+    def __init__(self, sink: EventSink, policy: Policy) -> None:
+        self.sink = sink
+        self.policy = policy
+
+    def _emit(self, reason: Reason, note: str, pod: Pod | None, cd: ComputeDomain | None,
+              also: Iterable[Pod] = ()) -> None:
+        on_domain = domain_ref(cd) if cd is not None else None
+        pods = ([pod] if pod is not None else []) + list(also)
+        for each in pods:
+            self.sink.record(Occurrence(reason, note, pod_ref(each), on_domain))
+        if on_domain is not None:
+            self.sink.record(Occurrence(reason, note, on_domain))
+
+    def _domain_of(self, pod: Pod, catalog: Catalog, group: Group | None = None) -> ComputeDomain | None:
+        if group is None:
+            group = grouping.resolve(pod, catalog, self.policy).group
+        uid = group.compute_domain if group is not None else None
+        return catalog.compute_domains.get(uid) if uid else None
+
+    def reserved(self, pod: Pod, group: Group | None, res: Reservation, catalog: Catalog) -> None:
+        try:
+            note = (f"NVLink domain {res.domain} is reserved for group {_group_text(res)} ({res.size} pods, "
+                    f"{res.gpus_per_pod} GPUs each): every member is placed there; chosen while filtering "
+                    f"pod {pod.namespace}/{pod.name}")
+            self._emit(DOMAIN_RESERVED, note, pod, self._domain_of(pod, catalog, group))
+        except Exception:
+            log.exception("could not report the reservation of group %s", res.group_id)
+
+    def no_domain(self, pod: Pod, ctx: Context, catalog: Catalog) -> None:
+        """``ctx.reason`` is the very text the extender puts in the filter's FailedNodes."""
+        try:
+            self._emit(NO_DOMAIN_FITS, ctx.reason, pod, self._domain_of(pod, catalog, ctx.group))
+        except Exception:
+            log.exception("could not report that no domain fits pod %s", pod.ref)
+
+    def released(self, res: Reservation, why: str, snapshot: Snapshot, now: float) -> None:
+        """Housekeeping released ``res``: expired with no member placed, or its group ended."""
+        try:
+            members = snapshot.members.get(res.group_id, ())
+            waiting = [m.pod for m in members if not m.pod.node_name and not m.pod.terminated and not m.pod.deleting]
+            cd = None
+            if members:
+                cd = self._domain_of(members[0].pod, snapshot.catalog)
+            elif res.group_id.startswith("cd:"):
+                cd = snapshot.catalog.compute_domains.get(res.group_id[3:])
+            # Released while expired is exactly housekeeping's "no member placed within the TTL" case.
+            expired = res.expired(now, self.policy.reservation_ttl) and members_summary(members)[1] == 0
+            if expired:
+                note = (f"the reservation of NVLink domain {res.domain} for group {_group_text(res)} expired and "
+                        f"was released ({why}); the group's next pod to be scheduled chooses a domain again")
+                self._emit(RESERVATION_EXPIRED, note, None, cd, waiting)
+            else:
+                note = (f"the reservation of NVLink domain {res.domain} for group {_group_text(res)} was "
+                        f"released ({why})")
+                self._emit(RESERVATION_RELEASED, note, None, cd, waiting)
+        except Exception:
+            log.exception("could not report the release of %s", res.group_id)
+
+    def attach_started(self, pod: Pod, node: str, gpus: int, snapshot: Snapshot) -> None:
+        """Only a new attach (or one started over after a failure that left nothing composed): a bind
+        that continues an attachment in progress is the same attach."""
+        try:
+            current = snapshot.attachments.get(pod.uid)
+            if current is not None and not (current.phase is Phase.FAILED and not current.blocks):
+                return
+            note = f"attaching {gpus} fabric GPUs to node {node} for pod {pod.namespace}/{pod.name} before it binds"
+            self._emit(FABRIC_ATTACH_STARTED, note, pod, self._domain_of(pod, snapshot.catalog))
+        except Exception:
+            log.exception("could not report the fabric attach of pod %s", pod.ref)
+
+    def attach_done(self, pod: Pod, node: str, gpus: int, catalog: Catalog, failure: str | None = None) -> None:
+        try:
+            if failure is None:
+                note = f"{gpus} fabric GPUs are attached to node {node} and Ready; pod {pod.namespace}/{pod.name} " \
+                       "binds there"
+                self._emit(FABRIC_ATTACHED, note, pod, self._domain_of(pod, catalog))
+            else:
+                note = f"attaching {gpus} fabric GPUs to node {node} failed: {failure}"
+                self._emit(FABRIC_ATTACH_FAILED, note, pod, self._domain_of(pod, catalog))
+        except Exception:
+            log.exception("could not report the fabric attach of pod %s", pod.ref)
