@@ -68,7 +68,10 @@ def test_in_process_figures_and_summary(bench: tuple[Path, dict[str, Any]]) -> N
         nodelist = micro[f"filter_nodelist_{size}"]
         assert nodelist["ratio_to_loads"] > 0 and nodelist["decision"]["samples"] >= 1
         assert micro[f"filter_names_{size}_reserved"]["passed"] > 0  # the reserved group has room
-    assert micro["mutate"]["p50_ms"] > 0
+    assert micro["mutate"]["p50_ms"] > 0 and micro["parse_pod"]["p50_ms"] > 0
+    for size in result["parameters"]["sizes"]:
+        for case in ("filter_names_{}_half_shuffled", "filter_view_names_{}", "baseline_view_names_{}"):
+            assert micro[case.format(size)]["p50_ms"] > 0
     assert result["serial_cycle"]["extender_pods_per_s_ceiling"] > 0
     assert result["summary"]["mutate_in_process_p50_ms"] == micro["mutate"]["p50_ms"]
     table = (out / "bench.md").read_text()
@@ -99,3 +102,60 @@ def test_percentile_is_nearest_rank() -> None:
     assert loadgen.percentile(values, 99) == 99.0
     assert loadgen.percentile(values, 100) == 100.0
     assert loadgen.percentile([], 50) == 0.0
+
+
+def test_the_serial_cycle_is_measured_against_a_baseline_answering_the_same_bytes(
+        bench: tuple[Path, dict[str, Any]]) -> None:
+    out, result = bench
+    serial = result["serial_cycle"]
+    assert serial["nodes"] == max(result["parameters"]["sizes"]) and serial["passed"] > 0
+    for side in ("imex", "baseline"):
+        assert len(serial[side]["runs"]) == result["parameters"]["repeats"]
+        for figure in ("pair_p50_ms", "filter_p50_ms", "prioritize_p50_ms", "server_cpu_ms_per_cycle"):
+            assert serial[side][figure] > 0, (side, figure)
+        assert serial[side]["cycles"] >= result["parameters"]["min_requests"]
+    assert serial["pair_ratio"] > 0 and serial["reasons_complete"] is True
+    assert serial["filter_reply_bytes"] > serial["prioritize_reply_bytes"] > 0
+    assert "the baseline that decodes the same requests and answers the same bytes" in (out / "bench.md").read_text()
+
+
+def test_every_target_of_the_issue_is_reported_with_met_or_missed(bench: tuple[Path, dict[str, Any]]) -> None:
+    out, result = bench
+    rows = result["summary"]["issue_targets"]
+    small, big = min(result["parameters"]["sizes"]), max(result["parameters"]["sizes"])
+    names = {row["name"] for row in rows}
+    for wanted in (f"filter-names-{small} throughput", f"prioritize-names-{small} p99",
+                   f"serial cycle at {big} nodes vs the same bytes", f"filter reply at {big} names",
+                   "every rejected node has a reason", f"RSS of the worker with {big} nodes cached"):
+        assert wanted in names
+    for row in rows:
+        assert row["value"] is not None or row["name"].startswith("mutate"), row
+        assert row["met"] in (True, False, None)
+    assert result["memory"]["cached"][f"imex-{big}"] > 0 and result["memory"]["after_run"]["baseline"] > 0
+    table = (out / "bench.md").read_text()
+    section = table.split("## The targets", 1)[1].split("\n## ", 1)[0]
+    verdicts = [line.rsplit("|", 2)[1].strip() for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(verdicts) == len(rows) and set(verdicts) <= {"met", "**missed**", "reported"}
+
+
+def test_the_baseline_runs_behind_the_services_own_worker_and_application_class(tmp_path: Path) -> None:
+    from webhook.service.server import _Server
+    from webhook.service.settings import Settings
+    from webhook.service.worker import Worker
+    from webhook.tools import servers
+
+    tls = servers.make_tls(tmp_path)
+    settings = Settings(bind="127.0.0.1:0", tls_cert=tls.cert, tls_key=tls.key)
+    baseline = baseline_app.BaselineServer(settings, tls.cert, tls.key)
+    service = _Server(settings, tls.cert, tls.key)
+    assert baseline.cfg.worker_class is service.cfg.worker_class is Worker
+    assert isinstance(baseline, _Server) and baseline.cfg.threads == service.cfg.threads
+
+
+def test_the_baseline_answers_stored_bytes_after_decoding_the_request() -> None:
+    client = baseline_app.create_app().test_client()
+    assert client.post("/canned/filter", data=b"{}").status_code == 404
+    stored = b'{"NodeNames":["a"],"FailedNodes":{},"Error":""}'
+    assert client.put("/canned/filter", data=stored).status_code == 200
+    reply = client.post("/canned/filter", data=b'{"NodeNames": ["a", "b"]}', content_type="application/json")
+    assert reply.status_code == 200 and reply.data == stored

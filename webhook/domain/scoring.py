@@ -35,9 +35,19 @@ def score_node(node: Node, ctx: filtering.Context, snapshot: Snapshot) -> int:
 def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
                proposals: Mapping[str, Reservation], now: float,
                node_view: Mapping[str, Node] | None = None) -> list[tuple[str, int]]:
+    """The score of every candidate, in their order."""
+    scores = weigh(pod, candidates, snapshot, policy, proposals, now, node_view)
+    return list(zip(candidates, map(scores.get, candidates, repeat(MIN_EXTENDER_PRIORITY)), strict=True))
+
+
+def weigh(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
+          proposals: Mapping[str, Reservation], now: float,
+          node_view: Mapping[str, Node] | None = None) -> dict[str, int]:
+    """The scores of the nodes of the group's domain, those among ``candidates`` at least; a candidate that
+    is not in the result scores MIN_EXTENDER_PRIORITY (``prioritize`` lists every candidate)."""
     ctx = filtering.context(pod, snapshot, proposals, policy, now)
     if ctx is None or ctx.domain is None:
-        return list(zip(candidates, repeat(MIN_EXTENDER_PRIORITY)))
+        return {}
     nodes = node_view if node_view is not None else snapshot.nodes
     domain = ctx.domain
     # Only nodes inside the group's domain are weighed; filter already refused the others. kube-scheduler sends
@@ -52,4 +62,4 @@ def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: 
         node = nodes.get(name)
         if node is not None:
             scores[name] = max(MIN_EXTENDER_PRIORITY, min(MAX_EXTENDER_PRIORITY, score_node(node, ctx, snapshot)))
-    return list(zip(candidates, map(scores.get, candidates, repeat(MIN_EXTENDER_PRIORITY)), strict=True))
+    return scores

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from webhook.http import admission, extender, ops, ui
+from webhook.http import admission, extender, fast, ops, ui
 from webhook.http.common import Services, error_response, too_large
 from webhook.http.metrics import Metrics, verb_of
 from webhook.state.backend import Backend
@@ -45,6 +45,7 @@ def create_app(engine: Engine, backend: Backend, max_body: int = DEFAULT_MAX_BOD
     app.register_blueprint(ops.blueprint)
     app.register_blueprint(admission.blueprint)
     app.register_blueprint(ui.blueprint)
+    fast.install(app, {**extender.ANSWERS, "mutate": admission.mutate_answer}, max_body)  # the hot verbs
 
     @app.before_request
     def refuse_declared_oversize() -> Response | None:

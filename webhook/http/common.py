@@ -55,15 +55,25 @@ def _read_body() -> bytes:
 
 
 def json_body() -> Any:
-    """The request body as JSON, nested at most MAX_DEPTH levels; anything else is a WireError (a 400
-    through ``timed``), a body over the limit a 413."""
+    """The request body as JSON (``decode``); a body over the limit is a 413."""
+    return decode(_read_body())
+
+
+# A body with fewer opening brackets than this cannot nest deeper; counting them (memchr speed) is cheaper
+# than the encoding below, for bodies up to this size (beyond, a NodeList has brackets by the thousand).
+_COUNTED = 256 * 1024
+
+
+def decode(data: bytes) -> Any:
+    """``data`` as JSON, nested at most MAX_DEPTH levels; anything else is a WireError (a 400 through
+    ``timed`` or ``answered``)."""
     try:
-        doc = orjson.loads(_read_body())
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         if "depth limit" in str(exc):
             raise WireError("", f"request body nests deeper than {MAX_DEPTH} levels of objects and arrays") from None
         raise WireError("", f"request body is not JSON: {exc}") from None
-    if isinstance(doc, dict | list):
+    if isinstance(doc, dict | list) and (len(data) > _COUNTED or data.count(b"[") + data.count(b"{") >= MAX_DEPTH):
         try:
             # orjson writes at most MAX_DEPTH levels, in C: the cheapest exact depth check there is (about a
             # sixth of the decoding time), and the /filter reply echoes NodeList items, which must encode.
@@ -78,10 +88,27 @@ def json_response(payload: Any, status: int = 200) -> Response:
 
 
 def error_response(status: int, message: str, field: str | None = None) -> Response:
+    return Response(error_json(status, message, field), status=status, mimetype="application/json")
+
+
+def error_json(status: int, message: str, field: str | None = None) -> bytes:
+    """The body of ``error_response``."""
     body: dict[str, Any] = {"error": message, "status": status}
     if field:
         body["field"] = field
-    return json_response(body, status)
+    return orjson.dumps(body)
+
+
+def answered(verb: str, metrics: Metrics, answer: Callable[[], bytes]) -> tuple[int, bytes]:
+    """(status, JSON body) of one call of a verb: ``answer()`` timed, a malformed request (WireError) a 400
+    that names the field. What ``timed`` does for a view, for a reply built as bytes (``webhook.http.fast``)."""
+    start = time.perf_counter()
+    try:
+        return 200, answer()
+    except WireError as exc:
+        return 400, error_json(400, f"malformed {verb} request: {exc}", exc.path or None)
+    finally:
+        metrics.latency.labels(verb).observe(time.perf_counter() - start)
 
 
 def timed(verb: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:

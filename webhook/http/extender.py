@@ -11,7 +11,7 @@ is evicted (see webhook.domain.preemption).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -19,7 +19,7 @@ from flask import Blueprint, Response
 
 from webhook.domain.errors import DecisionError, WireError
 from webhook.domain.limits import NAME_MAX, shown
-from webhook.http.common import json_body, json_response, services, timed
+from webhook.http.common import Services, answered, json_body, services
 from webhook.http.extender_args import ParsedArgs, ParsedPreemption, parse_args, parse_preemption_args
 from webhook.wire.extender import (
     ExtenderBindingResult,
@@ -34,11 +34,23 @@ log = logging.getLogger(__name__)
 blueprint = Blueprint("extender", __name__)
 
 
-def _body() -> Mapping[str, Any]:
-    body = json_body()
-    if not isinstance(body, dict):
-        raise WireError("", f"request body must be a JSON object, got {type(body).__name__}")
-    return body
+def _object(doc: Any) -> Mapping[str, Any]:
+    if not isinstance(doc, dict):
+        raise WireError("", f"request body must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _view(verb: str, answer: Callable[[Any, Services], bytes]) -> Callable[[], Response]:
+    """The Flask view of a verb whose reply ``answer(body, services)`` builds; ``webhook.http.fast`` calls
+    the same ``answer`` without Flask."""
+
+    def view() -> Response:
+        svc = services()
+        status, body = answered(verb, svc.metrics, lambda: answer(json_body(), svc))
+        return Response(body, status=status, mimetype="application/json")
+
+    view.__name__ = f"{verb}_view"
+    return view
 
 
 def _filter_reply(args: ParsedArgs | None, passed: list[str], failed: dict[str, str],
@@ -55,11 +67,8 @@ def _filter_reply(args: ParsedArgs | None, passed: list[str], failed: dict[str, 
             "FailedAndUnresolvableNodes": unresolvable, "Error": error}
 
 
-@blueprint.post("/filter")
-@timed("filter")
-def filter_view() -> Response:
-    args = parse_args(_body())
-    svc = services()
+def filter_answer(doc: Any, svc: Services) -> bytes:
+    args = parse_args(_object(doc), svc)
     try:
         svc.backend.note_pod(args.pod)
         result = svc.engine.filter(args.pod, args.candidates, args.node_view)
@@ -68,40 +77,53 @@ def filter_view() -> Response:
         # taken by other replicas first). The Error becomes the pod's FailedScheduling message and the
         # scheduler retries the pod after its backoff.
         svc.metrics.decisions.labels("filter", "error", "reservation").inc()
-        return json_response(_filter_reply(args, [], {}, {}, str(exc)))
+        return orjson.dumps(_filter_reply(args, [], {}, {}, str(exc)))
     except Exception as exc:  # our own fault: report it where the scheduler shows it
-        return _internal_error("filter", exc, _filter_reply(args, [], {}, {}, _error_text(exc)))
+        return _internal_error(svc, "filter", exc, _filter_reply(args, [], {}, {}, _error_text(exc)))
     svc.metrics.decisions.labels("filter", result.outcome, result.reason_class).inc()
-    return json_response(_filter_reply(args, list(result.passed), result.failed, result.unresolvable))
+    return orjson.dumps(_filter_reply(args, list(result.passed), result.failed, result.unresolvable))
 
 
-@blueprint.post("/prioritize")
-@timed("prioritize")
-def prioritize_view() -> Response:
-    args = parse_args(_body())
-    svc = services()
+def prioritize_answer(doc: Any, svc: Services) -> bytes:
+    args = parse_args(_object(doc), svc)
     try:
-        scores = svc.engine.prioritize(args.pod, args.candidates, args.node_view)
+        scores = svc.engine.scores(args.pod, args.candidates, args.node_view)
     except Exception as exc:
         # The scheduler ignores prioritize errors and adds nothing; neutral scores say the same in-band.
         neutral: list[HostPriority] = [{"Host": n, "Score": 0} for n in args.candidates]
-        return _internal_error("prioritize", exc, neutral)
-    return Response(scores_json(scores), mimetype="application/json")
+        return _internal_error(svc, "prioritize", exc, neutral)
+    return scores_json(args.candidates, scores)
 
 
-def scores_json(scores: list[tuple[str, int]]) -> bytes:
-    """``[{"Host": ..., "Score": ...}, ...]`` exactly as orjson writes the list of dicts, without building it.
+_ZERO = '","Score":0},{"Host":"'
 
-    orjson encodes the pairs as ``[["a",0],["b",5]]``. When that holds no backslash (so no name has a quote or
-    a control character) and no comma but the separators (no name has one), every ``",`` ends a name and
-    every ``],["`` starts the next pair, and two replacements make the objects. Kubernetes node names always
-    qualify; any other name takes the plain way."""
-    if not scores:
+
+def scores_json(candidates: Sequence[str], scores: Mapping[str, int]) -> bytes:
+    """``[{"Host": name, "Score": scores.get(name, 0)}, ...]`` for every candidate, exactly as orjson writes
+    that list, without building a dict per candidate (most score 0: they are outside the group's domain).
+
+    When orjson writes the names with no backslash, none of them needs escaping, so runs of candidates
+    that score 0 are joined into the objects as strings, and only the scored ones are encoded one by one.
+    Kubernetes node names always qualify; other names take the plain way."""
+    if not candidates:
         return b"[]"
-    pairs = orjson.dumps(scores)
-    if b"\\" in pairs or pairs.count(b",") != 2 * len(scores) - 1:
-        return orjson.dumps([{"Host": host, "Score": score} for host, score in scores])
-    return b'[{"Host":' + pairs[2:-2].replace(b'",', b'","Score":').replace(b'],["', b'},{"Host":"') + b"}]"
+    if b"\\" in orjson.dumps(candidates):
+        return orjson.dumps([{"Host": name, "Score": scores.get(name, 0)} for name in candidates])
+    parts: list[bytes] = []
+    start = 0
+    flags = list(map(scores.__contains__, candidates)) if scores else []
+    while True:
+        try:
+            at = flags.index(True, start)
+        except ValueError:
+            at = len(candidates)
+        if at > start:
+            parts.append(('{"Host":"' + _ZERO.join(candidates[start:at]) + '","Score":0}').encode())
+        if at == len(candidates):
+            return b"[" + b",".join(parts) + b"]"
+        name = candidates[at]
+        parts.append(orjson.dumps({"Host": name, "Score": scores[name]}))
+        start = at + 1
 
 
 def _binding_args(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -117,22 +139,19 @@ def _binding_args(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return values[0], values[1], values[2], values[3]
 
 
-@blueprint.post("/bind")
-@timed("bind")
-def bind_view() -> Response:
-    name, namespace, uid, node = _binding_args(_body())
-    svc = services()
+def bind_answer(doc: Any, svc: Services) -> bytes:
+    name, namespace, uid, node = _binding_args(_object(doc))
     try:
         outcome = svc.engine.bind(namespace, name, uid, node)
     except DecisionError as exc:
         svc.metrics.decisions.labels("bind", "error", "refused").inc()
         failed: ExtenderBindingResult = {"Error": str(exc)}
-        return json_response(failed)
+        return orjson.dumps(failed)
     except Exception as exc:
-        return _internal_error("bind", exc, {"Error": _error_text(exc)})
+        return _internal_error(svc, "bind", exc, {"Error": _error_text(exc)})
     svc.metrics.decisions.labels("bind", outcome.outcome, "attach" if outcome.attached else "local").inc()
     ok: ExtenderBindingResult = {"Error": ""}
-    return json_response(ok)
+    return orjson.dumps(ok)
 
 
 def _preemption_reply(args: ParsedPreemption | None, kept: tuple[str, ...]) -> ExtenderPreemptionResult:
@@ -145,19 +164,16 @@ def _preemption_reply(args: ParsedPreemption | None, kept: tuple[str, ...]) -> E
     return {"NodeNameToMetaVictims": out}
 
 
-@blueprint.post("/preempt")
-@timed("preempt")
-def preempt_view() -> Response:
-    args = parse_preemption_args(_body())
-    svc = services()
+def preempt_answer(doc: Any, svc: Services) -> bytes:
+    args = parse_preemption_args(_object(doc))
     try:
         svc.backend.note_pod(args.pod)
         result = svc.engine.preempt(args.pod, args.candidates, args.victims)
     except Exception as exc:
         # No Error field in the reply: accepting no candidate evicts nothing, whatever `ignorable` says.
-        return _internal_error("preempt", exc, _preemption_reply(None, ()))
+        return _internal_error(svc, "preempt", exc, _preemption_reply(None, ()))
     svc.metrics.decisions.labels("preempt", result.outcome, result.reason_class).inc()
-    return json_response(_preemption_reply(args, result.kept))
+    return orjson.dumps(_preemption_reply(args, result.kept))
 
 
 def _error_text(exc: Exception) -> str:
@@ -165,7 +181,15 @@ def _error_text(exc: Exception) -> str:
     return f"imex-webhook internal error ({type(exc).__name__}): {text[:256]}"
 
 
-def _internal_error(verb: str, exc: Exception, reply: Any) -> Response:
+def _internal_error(svc: Services, verb: str, exc: Exception, reply: Any) -> bytes:
     log.exception("%s failed", verb)
-    services().metrics.internal_errors.labels(verb).inc()
-    return json_response(reply)
+    svc.metrics.internal_errors.labels(verb).inc()
+    return orjson.dumps(reply)
+
+
+# Verb -> the reply of one call: served by Flask here and by webhook.http.fast without it.
+ANSWERS: dict[str, Callable[[Any, Services], bytes]] = {
+    "filter": filter_answer, "prioritize": prioritize_answer, "bind": bind_answer, "preempt": preempt_answer,
+}
+for _verb, _answer in ANSWERS.items():
+    blueprint.add_url_rule(f"/{_verb}", endpoint=f"{_verb}_view", view_func=_view(_verb, _answer), methods=["POST"])

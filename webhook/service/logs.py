@@ -44,6 +44,12 @@ def configure(fmt: str, level: str) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # Record fields that no format here or in gunicorn prints, which the logging module would otherwise gather
+    # for every record, one decision line per request: the caller's frame, the thread's and the multiprocessing
+    # process's names (the logging HOWTO's "Optimization" section). The process id stays: gunicorn prints it.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -157,9 +157,16 @@ class Engine:
         self.events: EventSink = events or sink_of(binder)
         self._report = Reporter(self.events, policy)
         self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
+        self._snapshot: tuple[Snapshot, Mapping[str, Reservation], Snapshot] | None = None
 
     def snapshot(self) -> Snapshot:
-        return replace(self.store.snapshot(), reservations=self.reservations.all())
+        base, reservations = self.store.snapshot(), self.reservations.all()
+        last = self._snapshot
+        if last is not None and last[0] is base and last[1] is reservations:
+            return last[2]  # neither changed since: the same snapshot, not another copy per request
+        snapshot = replace(base, reservations=reservations)
+        self._snapshot = (base, reservations, snapshot)
+        return snapshot
 
     def loading(self) -> str | None:
         """Why the caches cannot be trusted yet, or None. Until every initial list has arrived a replica
@@ -306,6 +313,13 @@ class Engine:
         now = self.clock()
         return scoring.prioritize(pod, candidates, self.snapshot(), self.policy, _Lazy(lambda: self.promised(now)),
                                   now, node_view)
+
+    def scores(self, pod: Pod, candidates: Sequence[str],
+               node_view: Mapping[str, Node] | None = None) -> dict[str, int]:
+        """``prioritize`` without the candidates that score the minimum (``scoring.weigh``)."""
+        now = self.clock()
+        return scoring.weigh(pod, candidates, self.snapshot(), self.policy, _Lazy(lambda: self.promised(now)), now,
+                             node_view)
 
     def preempt(self, pod: Pod, candidates: Mapping[str, Sequence[str]],
                 sent: Mapping[str, Pod]) -> preemption.PreemptOutcome:

@@ -1,7 +1,9 @@
 """The benchmark's baseline: a trivial Flask view behind exactly the gunicorn/TLS setup of ``serve``.
 
 The view only decodes the JSON body and encodes it again with orjson, which is the least any JSON
-webhook must do with the same payload. It runs through ``webhook.service.server._Server`` itself, so
+webhook must do with the same payload. ``/canned/<name>`` decodes the body and answers bytes stored with
+``PUT /canned/<name>`` (the service's own reply to that request), for the serial cycle's same-bytes
+baseline. It runs through ``webhook.service.server._Server`` itself, so
 the worker class, threads, keep-alive, timeouts and the SSL context are the service's own, not a copy
 that could drift: whatever the benchmark measures beyond this baseline is the service's work.
 
@@ -27,10 +29,26 @@ ECHO_PATHS = ("/filter", "/prioritize", "/bind", "/mutate", "/echo")
 def create_app() -> Flask:
     """The same Flask machinery (routing, request object, Response) the service's views go through."""
     app = Flask("imex_webhook_baseline")
+    canned: dict[str, bytes] = {}
 
     def echo() -> Response:
         body = orjson.loads(request.get_data(cache=False))
         return Response(orjson.dumps(body), status=200, mimetype="application/json")
+
+    def store(name: str) -> Response:
+        canned[name] = request.get_data(cache=False)
+        return Response(b'{"stored":true}', status=200, mimetype="application/json")
+
+    def reply(name: str) -> Response:
+        # Decode the request as the service must, then answer the bytes the service answered it: what the
+        # service spends beyond this is its own work, not the size of its reply.
+        orjson.loads(request.get_data(cache=False))
+        if name not in canned:
+            return Response(b'{"error":"nothing stored"}', status=404, mimetype="application/json")
+        return Response(canned[name], status=200, mimetype="application/json")
+
+    app.add_url_rule("/canned/<name>", endpoint="store", view_func=store, methods=["PUT"])
+    app.add_url_rule("/canned/<name>", endpoint="reply", view_func=reply, methods=["POST"])
 
     def ready() -> Response:
         return Response(b'{"ready":true}', status=200, mimetype="application/json")

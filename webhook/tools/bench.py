@@ -2,12 +2,16 @@
 
 Method (DESIGN section 7, for a shared two-core machine):
 - the real service (``imex-webhook serve``, embedded cluster of N nodes in cliques of 18 x 4 GPUs) and
-  the baseline (``baseline_app``: decode and re-encode the body) run under the same gunicorn gthread +
-  TLS configuration, one worker each, the same certificate;
+  the baseline (``baseline_app``: decode and re-encode the body) run under the same gunicorn application
+  class, worker (``webhook.service.worker.Worker``, gthread) and TLS setup, one worker each, the same
+  certificate;
 - for every scenario the two are loaded in turn, A/B then B/A, ``repeats`` times; each pair gives a
   ratio, and the median of the pairwise ratios is reported, so drift and busy neighbours cancel out;
 - the CPU seconds of each server's gunicorn master and worker per request are reported beside the
   wall-clock figures: they do not depend on what else the machine is doing.
+- the serial scheduling cycle at the largest size (``webhook.tools.serial``) runs against a baseline that
+  answers the service's own reply bytes, and the worker's resident memory is read once the cluster is
+  cached and again at the end.
 The group measured has a stored reservation (its first pod was filtered and bound during set-up),
 which is what every pod of a group but the first sees.
 """
@@ -25,7 +29,8 @@ from typing import Any
 
 import orjson
 
-from webhook.tools import loadgen, micro, payloads, report, servers
+from webhook.service.worker import Worker
+from webhook.tools import loadgen, micro, payloads, report, serial, servers
 from webhook.tools.loadgen import Run, Target
 from webhook.tools.servers import Server, Tls
 
@@ -156,24 +161,6 @@ def run_pairs(cfg: Config, items: list[Scenario], baseline: Server, tls: Tls, lo
                     f"p99 {figures['p99_ms']:7.2f} ms  cpu {figures['server_cpu_ms_per_request']:6.3f} ms/req")
 
 
-def serial_cycle(cfg: Config, server: Server, tls: Tls, size: int) -> dict[str, Any]:
-    """What kube-scheduler's serial cycle sees at ``size`` nodes: one /filter of every name, then one
-    /prioritize of the nodes that passed, each on its own kept-alive connection, one at a time."""
-    pod = payloads.scheduled_pod(f"{payloads.MEASURED_CD}-1", payloads.MEASURED_CD)
-    _, reply = _post(server, tls, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": payloads.names(size)})
-    passed = reply.get("NodeNames") or []
-    out: dict[str, Any] = {"nodes": size, "passed": len(passed)}
-    for verb, names in (("filter", payloads.names(size)), ("prioritize", passed)):
-        body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
-        run = loadgen.measure(Target(server.host, server.port, f"/{verb}", body, tls), 1, cfg.duration,
-                              cfg.min_requests, 1, f"serial {verb} {size}", cfg.progress)
-        out[f"{verb}_p50_ms"] = loadgen.percentile(run.latencies, 50) * 1e3
-        out[f"{verb}_p99_ms"] = loadgen.percentile(run.latencies, 99) * 1e3
-    cycle = (out["filter_p50_ms"] + out["prioritize_p50_ms"]) / 1e3
-    out["extender_pods_per_s_ceiling"] = 1 / cycle if cycle else 0.0
-    return out
-
-
 def summarise(items: list[Scenario]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for s in items:
@@ -213,6 +200,8 @@ def run(cfg: Config, log: Callable[[str], None] | None = None) -> dict[str, Any]
         for server in spawned:
             servers.wait_ready(server, tls, cfg.ready_timeout)
         setup = {str(size): reserve(server, tls, size) for size, server in imex.items()}
+        # The cluster cached and one group's filter served (what a filter keeps per node generation is built).
+        memory = {"cached": {server.name: server.worker_rss() for server in spawned}}
         why = mutate_available(imex[min(cfg.sizes)], tls)
         if why:
             skipped["mutate"] = why
@@ -220,15 +209,19 @@ def run(cfg: Config, log: Callable[[str], None] | None = None) -> dict[str, Any]
         items = scenarios(cfg, imex, None if why else imex[min(cfg.sizes)])
         say(f"bench: {len(items)} scenarios x {cfg.repeats} A/B pairs, {cfg.duration:g}s per run")
         run_pairs(cfg, items, spawned[0], tls, say)
-        serial = serial_cycle(cfg, imex[max(cfg.sizes)], tls, max(cfg.sizes))
+        say(f"bench: the serial scheduling cycle at {max(cfg.sizes)} nodes, against the same bytes")
+        serial_cycle = serial.run(imex[max(cfg.sizes)], spawned[0], tls, max(cfg.sizes), cfg.duration, cfg.repeats,
+                                  cfg.min_requests, say)
+        memory["after_run"] = {server.name: server.worker_rss() for server in spawned}
     say("bench: in-process micro-benchmarks")
     in_process = micro.run(cfg.sizes, cfg.micro_budget, cfg.nodelist_pairs, say)
     results = {
         "machine": report.machine(),
         "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-        | {"heavy_bytes": HEAVY_BYTES, "server_workers": 1, "worker_class": "gthread"},
-        "setup": setup, "skipped": skipped, "http": summarise(items), "serial_cycle": serial,
-        "in_process": in_process, "wall_seconds": time.monotonic() - started,
+        | {"heavy_bytes": HEAVY_BYTES, "server_workers": 1, "worker_class": "gthread",
+           "worker": f"{Worker.__module__}.{Worker.__qualname__}"},
+        "setup": setup, "skipped": skipped, "http": summarise(items), "serial_cycle": serial_cycle,
+        "memory": memory, "in_process": in_process, "wall_seconds": time.monotonic() - started,
     }
     report.write(cfg.out, results)
     say(f"bench: wrote {cfg.out / 'bench.md'} and {cfg.out / 'bench.json'} in {results['wall_seconds']:.0f}s")

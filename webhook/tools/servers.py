@@ -82,6 +82,19 @@ class Server:
             total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
         return total / _TICKS
 
+    def worker_rss(self) -> int:
+        """Resident memory of the gunicorn worker(s), in bytes (VmRSS from /proc; 0 where unavailable)."""
+        total = 0
+        for pid in self.pids[1:]:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024  # kB
+        return total
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
