@@ -1,4 +1,4 @@
-"""The /filter decision: which candidate nodes a pod may use, and why not the others (DESIGN section 5).
+"""The /filter decision: which candidate nodes a pod may use, and why not the others.
 
 Pods outside any group pass through unchanged. For a group pod, nodes that will not fit while the
 cluster stays as it is (outside any domain, in another domain than the group's, held by another

@@ -1,6 +1,6 @@
 """``imex-webhook bench``: the service against a trivial baseline, in one run, on this machine.
 
-Method (DESIGN section 7, for a shared two-core machine):
+Method (docs/BENCHMARKS.md; made for a shared two-core machine):
 - the real service (``imex-webhook serve``, embedded cluster of N nodes in cliques of 18 x 4 GPUs) and
   the baseline (``baseline_app``: decode and re-encode the body) run under the same gunicorn application
   class, worker (``webhook.service.worker.Worker``, gthread) and TLS setup, one worker each, the same

@@ -1,6 +1,6 @@
 """Start the service and the baseline as real gunicorn processes, and read their CPU time.
 
-Both run as subprocesses of the benchmark with one gunicorn worker (DESIGN section 7: with two, the
+Both run as subprocesses of the benchmark with one gunicorn worker (with two, the
 kept-alive connections spread unevenly over the workers and throughput swings 2x between runs) and
 the same certificate. CPU time is read from ``/proc/<pid>/stat`` (utime + stime) of the gunicorn
 master and its worker, so the figure "CPU seconds per request" stays meaningful when other processes
