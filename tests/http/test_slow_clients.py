@@ -326,6 +326,7 @@ def test_expect_100_continue_gets_its_interim_answer_before_the_body_is_sent(sma
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", 413, b"larger than the limit of 4096"),
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 413, b"larger than"),
     (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000, 431, b"request head larger than"),
+    (b"GET /inspect?" + b"q" * 6000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, b"request line longer than"),
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, b"bad chunk size"),
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1001\r\n", 413, b"larger than the limit"),
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc", 400,
@@ -334,8 +335,8 @@ def test_expect_100_continue_gets_its_interim_answer_before_the_body_is_sent(sma
      b"one decimal number"),
     (b"POST /filter HTTP/1.1\r\nHost: x\r\n folded: value\r\n\r\n", 400, b"malformed header line"),
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{", 408, b"request body not received in time"),
-], ids=["body-over-limit", "absurd-length", "head-over-64k", "bad-chunk", "chunk-over-limit", "te-and-cl",
-        "two-lengths", "obsolete-folding", "stalled-body"])
+], ids=["body-over-limit", "absurd-length", "head-over-64k", "uri-over-4k", "bad-chunk", "chunk-over-limit",
+        "te-and-cl", "two-lengths", "obsolete-folding", "stalled-body"])
 def test_requests_that_cannot_be_served_get_a_json_error_and_the_connection_closes(
         small: serving.Served, payload: bytes, status: int, words: bytes) -> None:
     with raw_tls(small) as tls:

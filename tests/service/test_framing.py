@@ -79,7 +79,21 @@ REFUSED = [
     (HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1f4\r\n" + b"x" * 500 + b"\r\n1f5\r\n", 413, "larger"),
     (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\n" + b"T: " + b"t" * 9000, 400, "trailers too long"),
     (b"GET / HTTP/1.1\r\nX: " + b"a" * LIMIT, 431, "request head larger than"),
+    # gunicorn's parser limits, checked first so that the answer is ours (JSON), not its HTML page.
+    (b"GET /" + b"a" * 4094 + b" HTTP/1.1", 414, "request line longer than 4094"),  # still arriving
+    (b"GET /" + b"a" * 4094 + b" HTTP/1.1\r\n\r\n", 414, "request line longer than 4094"),
+    (HEAD + b"".join(b"X-%d: v\r\n" % i for i in range(100)) + b"\r\n", 431, "more than 100 header fields"),
+    (HEAD + b"X: " + b"a" * 8186 + b"\r\n\r\n", 431, "a header field longer than 8190"),
 ]
+
+
+@pytest.mark.parametrize("data", [
+    b"GET /" + b"a" * 4078 + b" HTTP/1.1\r\n\r\n",  # a request line of exactly 4094 bytes
+    HEAD + b"".join(b"X-%d: v\r\n" % i for i in range(99)) + b"\r\n",  # Host and 99 more: exactly 100 fields
+    HEAD + b"X: " + b"a" * 8185 + b"\r\n\r\n",  # a field line of 8190 bytes with its CRLF
+])
+def test_a_head_at_the_parsers_limits_is_still_read(data: bytes) -> None:
+    assert end_of(data) == len(data)
 
 
 @pytest.mark.parametrize(("data", "status", "words"), REFUSED)

@@ -26,6 +26,17 @@ class FramingError(Exception):
 
 
 @dataclass(frozen=True)
+class LineLimits:
+    """The HTTP parser's own limits (gunicorn's ``limit_request_line``, ``limit_request_fields``,
+    ``limit_request_field_size``; 0 or less: its defaults). Checked here first so that a request beyond
+    them gets our JSON answer, not the parser's HTML page."""
+
+    line: int = 4094
+    fields: int = 100
+    field_size: int = 8190
+
+
+@dataclass(frozen=True)
 class Head:
     """The framing facts of a complete request head."""
 
@@ -35,22 +46,30 @@ class Head:
     expect_continue: bool = False
 
 
-def find_head(buf: bytes | bytearray, limit: int, start: int = 0) -> Head | None:
+def find_head(buf: bytes | bytearray, limit: int, start: int = 0,
+              lines: LineLimits = LineLimits()) -> Head | None:
     """The head, once ``buf`` holds all of it; ``None`` while it is still arriving. ``start``: where the
     search may resume (no head end begins before it), so a head trickled byte by byte costs linear time."""
+    if lines.line > 0 and buf.find(b"\r\n", 0, lines.line + 2) < 0 and len(buf) - 2 > lines.line:
+        raise FramingError(414, f"request line longer than {lines.line} bytes")
     end = buf.find(HEAD_END, start, limit + len(HEAD_END))
     if end < 0:
         if len(buf) > limit:
             raise FramingError(431, f"request head larger than {limit} bytes")
         return None
-    return parse_head(bytes(buf[:end]), end + len(HEAD_END))
+    return parse_head(bytes(buf[:end]), end + len(HEAD_END), lines)
 
 
-def parse_head(head: bytes, end: int) -> Head:
+def parse_head(head: bytes, end: int, lines: LineLimits = LineLimits()) -> Head:
     lengths: list[bytes] = []
     codings: list[bytes] = []
     expect = False
-    for line in head.split(b"\r\n")[1:]:
+    fields = head.split(b"\r\n")[1:]
+    if len(fields) > lines.fields > 0:
+        raise FramingError(431, f"more than {lines.fields} header fields")
+    for line in fields:
+        if len(line) + 2 > lines.field_size > 0:
+            raise FramingError(431, f"a header field longer than {lines.field_size} bytes")
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip():
             raise FramingError(400, "malformed header line (obsolete line folding or no field name)")

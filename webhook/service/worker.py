@@ -92,6 +92,9 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
 
     def init_process(self) -> None:
         self.limits = self.app.limits
+        cfg = self.cfg
+        self.line_limits = framing.LineLimits(cfg.limit_request_line, cfg.limit_request_fields,
+                                              cfg.limit_request_field_size)
         self.reading: dict[Conn, None] = {}  # connections the poller is reading (an ordered set)
         self.paused: deque[Conn] = deque()
         self.buffered = 0
@@ -229,7 +232,7 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
     def _request_end(self, conn: Conn) -> int | None:
         limits = self.limits
         if conn.head is None:
-            head = framing.find_head(conn.buf, limits.max_head, conn.scanned)
+            head = framing.find_head(conn.buf, limits.max_head, conn.scanned, self.line_limits)
             if head is None:
                 conn.scanned = max(0, len(conn.buf) - len(framing.HEAD_END) + 1)
                 return None
@@ -338,7 +341,7 @@ def _error_response(status: int, message: str) -> bytes:
     import orjson
 
     body = orjson.dumps({"error": message, "status": status})
-    reason = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large",
+    reason = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
               431: "Request Header Fields Too Large"}.get(status, "Error")
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n")
