@@ -5,7 +5,7 @@
 its node with the label selector ``imex-webhook.io/node=<node>``). One object per pod that needs fabric
 GPUs; named after the pod UID so a retried bind finds the attachment it started.
 
-Phases (DESIGN section 3)::
+Phases (docs/FABRIC.md)::
 
     Pending -> Composing -> Attached -> Ready -> Releasing -> Detached
          \\__________\\___________\\________\\______________> Failed

@@ -1,4 +1,4 @@
-"""What the fabric reconciler should do next, decided from plain data (DESIGN section 8: nothing leaks).
+"""What the fabric reconciler should do next, decided from plain data: nothing leaks (docs/FABRIC.md).
 
 - A pod that is gone, deleted or bound to another node gives up its attachment: Releasing.
 - An attachment that did not become Ready within the attach timeout, and whose pod is not bound, is

@@ -1,4 +1,4 @@
-"""Which group a pod belongs to, and how large that group is (DESIGN section 3).
+"""Which group a pod belongs to, and how large that group is (docs/GROUPS.md).
 
 Identity, first match wins: the ``imex-webhook.io/group`` annotation; the ComputeDomain UID reached
 through the pod's ResourceClaimTemplate or ResourceClaim; the UID of a shared ResourceClaim that asks

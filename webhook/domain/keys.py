@@ -15,7 +15,7 @@ GROUP_LABEL = f"{PREFIX}/group"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
 GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at admission
 
-# Node labels: the first key present names the node's domain (DESIGN section 3).
+# Node labels: the first key present names the node's domain (README "How it decides").
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # "<clusterUUID>.<cliqueID>", written by GFD or our agent
 FABRIC_ZONE_LABEL = f"{PREFIX}/fabric-zone"
 DEFAULT_DOMAIN_LABELS: tuple[str, ...] = (CLIQUE_LABEL, FABRIC_ZONE_LABEL)
