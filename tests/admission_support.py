@@ -16,7 +16,7 @@ import jsonpatch
 from kubernetes.client import ApiClient, V1Pod
 
 from tests import builders
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.model import Snapshot
 

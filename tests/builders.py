@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy

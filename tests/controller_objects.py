@@ -19,7 +19,7 @@ import hashlib
 import uuid
 from typing import Any
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 
 NS = "ml"

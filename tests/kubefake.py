@@ -526,7 +526,7 @@ class KubeFake:
         return self._call(self.emulator.create, KINDS[plural], meta.get("namespace"), obj, emit, keep_uid)
 
     def seed(self, objects: Iterable[Obj]) -> None:
-        """Load objects that carry apiVersion and kind (e.g. ``webhook.adapters.demo.objects()``), uids kept."""
+        """Load objects that carry apiVersion and kind (e.g. ``webhook.demo.cluster.objects()``), uids kept."""
         plurals = {(k.api_version, k.kind): k.plural for k in KINDS.values()}
         for obj in objects:
             self.create(plurals[obj["apiVersion"], obj["kind"]], obj, keep_uid=True)

@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tool = {"bench": tools_cli.bench_main, "simulate": tools_cli.simulate_main, "soak": tools_cli.soak_main}
         return tool[args[0]](args[1:])
     if args[:1] == ["fabric-sim"]:
-        from webhook.fabric_sim import cli as fabric_sim_cli
+        from webhook.sim.fabric import cli as fabric_sim_cli
 
         return fabric_sim_cli.main(args[1:])
     if args[:1] == ["explain"]:
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return explain.main(args[1:])
     if args[:1] == ["demo"]:
-        from webhook.service import demo
+        from webhook.demo import run as demo
 
         return demo.main(args[1:])
     if args[:1] == ["certs"]:

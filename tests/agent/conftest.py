@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from tests.kubefake import kube_fake, kubeconfig
-from webhook.agent import scenario
-from webhook.agent.host_sim import SimHost
 from webhook.agent.nvml import Nvml
-from webhook.agent.nvml_sim import FakePynvml
 from webhook.agent.steps import Deadlines
 from webhook.agent.sysfs import Host
+from webhook.sim import node_scenario as scenario
+from webhook.sim.host import SimHost
+from webhook.sim.nvml import FakePynvml
 
 __all__ = ["kube_fake", "kubeconfig"]  # the shared API-server fake, re-exported for this package
 

@@ -25,14 +25,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.agent.conftest import scenario_path
-from webhook.agent import scenario
-from webhook.agent.host_sim import SimHost
 from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
-from webhook.agent.nvml_sim import FakePynvml
 from webhook.agent.server import ProbeServer, create_app, is_loopback
-from webhook.agent.simulated import MemoryNodeApi
 from webhook.agent.sysfs import Host
+from webhook.sim import node_scenario as scenario
+from webhook.sim.agents import MemoryNodeApi
+from webhook.sim.host import SimHost
+from webhook.sim.nvml import FakePynvml
 
 IDLE_TIMEOUT_S = 1.0
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,

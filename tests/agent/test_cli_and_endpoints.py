@@ -26,9 +26,9 @@ from webhook.agent import cli, inventory
 from webhook.agent.loop import Agent
 from webhook.agent.server import ProbeServer, create_app
 from webhook.agent.settings import from_args
-from webhook.agent.simulated import MemoryNodeApi
 from webhook.domain import attachments as fa
 from webhook.domain import keys
+from webhook.sim.agents import MemoryNodeApi
 
 NODE = "gb200-rack1-tray3"
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"

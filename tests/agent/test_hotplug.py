@@ -15,9 +15,9 @@ import dataclasses
 
 from tests.agent.conftest import Make, Simulated
 from webhook.agent import hotplug
-from webhook.agent.simulated import MemoryNodeApi
 from webhook.domain import keys
 from webhook.domain.attachments import READY_CONDITION, Attachment, Block, Phase
+from webhook.sim.agents import MemoryNodeApi
 
 C1 = ("GPU-8a000000-0000-4000-8000-0000000000c1", "0000:c1:00.0")
 C2 = ("GPU-8a000000-0000-4000-8000-0000000000c2", "0000:c2:00.0")

@@ -24,8 +24,8 @@ import pytest
 
 from tests.agent.conftest import FAST, Make, Simulated
 from tests.kubefake import KINDS, KubeFake, eventually
-from webhook.adapters import kube_agent
-from webhook.adapters.kube_watch import WatchSettings
+from webhook.adapters.kube import node_agent as kube_agent
+from webhook.adapters.kube.watch import WatchSettings
 from webhook.agent import hotplug, inventory, release
 from webhook.agent.loop import Agent
 from webhook.domain import attachments as fa

@@ -17,7 +17,7 @@ import pytest
 from tests.agent.conftest import Make
 from webhook.agent.model import FabricState, HealthSummary
 from webhook.agent.nvml import Nvml
-from webhook.agent.nvml_sim import FakePynvml
+from webhook.sim.nvml import FakePynvml
 
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
 

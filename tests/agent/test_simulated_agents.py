@@ -1,4 +1,4 @@
-"""The seam for the embedded ``serve`` mode (``webhook.agent.simulated.SimulatedNodeAgents``): the real
+"""The seam for the embedded ``serve`` mode (``webhook.sim.agents.SimulatedNodeAgents``): the real
 hot-add and release code on simulated nodes made from the embedded cluster's Node objects.
 
 Covered: an attachment to a composable demo node goes Ready with the blocks' UUIDs and PCI addresses,
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from webhook.adapters import demo
 from webhook.agent import inventory
-from webhook.agent.simulated import SimulatedNodeAgents
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.attachments import Attachment, Block, Phase
+from webhook.sim.agents import SimulatedNodeAgents
 
 
 @pytest.fixture

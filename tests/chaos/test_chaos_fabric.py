@@ -21,7 +21,7 @@ from tests import serving
 from tests.fabric.test_attach_before_bind import FAB_NODES, admin, attachments, composed, pod_body
 from tests.fabric.test_attach_before_bind import served as served
 from tests.fabric.test_attach_before_bind import sim as sim
-from webhook.fabric_sim.server import RunningSim
+from webhook.sim.fabric.server import RunningSim
 
 SETTLE_S = 15.0
 TOTALS: Counter[str] = Counter()

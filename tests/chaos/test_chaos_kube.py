@@ -47,8 +47,8 @@ from tests import builders
 from tests.kube.conftest import Connect
 from tests.kube.test_reservation_races import at_once
 from tests.kubefake import KINDS, KubeFake
-from webhook.adapters.kube import KubeBackend
-from webhook.adapters.kube_watch import WatchSettings
+from webhook.adapters.kube.backend import KubeBackend
+from webhook.adapters.kube.watch import WatchSettings
 from webhook.domain import keys
 from webhook.domain.errors import DecisionError
 from webhook.domain.policy import Policy

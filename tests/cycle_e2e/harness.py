@@ -37,7 +37,7 @@ import yaml
 
 from tests import admission_support, serving
 from tests.e2e import objects
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys, node_labels
 from webhook.domain.policy import Policy
 from webhook.service import deploy

@@ -8,7 +8,7 @@ from pathlib import Path
 from tests import admission_support
 from tests.cycle_e2e import harness as h
 from tests.e2e import objects
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys, mutating
 from webhook.service import deploy
 from webhook.sim import cycle

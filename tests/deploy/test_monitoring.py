@@ -28,7 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import serving
 from tests.deploy import promql, upstream
 from tests.kubefake import KubeFake
-from webhook.service import demo, deploy, settings
+from webhook.demo import run as demo
+from webhook.service import deploy, settings
 
 MONITORING = upstream.MANIFESTS / "components" / "monitoring"
 DOCS = upstream.REPO / "docs" / "OPERATING.md"

@@ -28,7 +28,7 @@ import pytest
 
 from tests import admission_support as support
 from tests import builders
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys, mutating
 from webhook.domain.errors import WireError
 from webhook.domain.mutating import GROUP_ID_ANNOTATION, MutationResult

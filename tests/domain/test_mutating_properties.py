@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import admission_support as support
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys, mutating
 from webhook.domain.policy import Policy
 

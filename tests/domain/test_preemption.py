@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys, parsing, preemption
 from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Reservation, Snapshot

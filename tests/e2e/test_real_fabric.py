@@ -25,8 +25,8 @@ from tests.e2e import objects
 from tests.e2e.conftest import RealCluster
 from tests.e2e.kubeapi import ApiCallError, KubeApi, eventually
 from webhook.domain import keys
-from webhook.fabric_sim import inventory
-from webhook.fabric_sim.server import RunningSim, start_in_thread
+from webhook.sim.fabric import inventory
+from webhook.sim.fabric.server import RunningSim, start_in_thread
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(1800)]
 

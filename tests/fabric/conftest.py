@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import requests
 
-from webhook.adapters.redfish import RedfishClient
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim import server
-from webhook.fabric_sim.compose import Simulator
+from webhook.adapters.redfish.client import RedfishClient
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric import server
+from webhook.sim.fabric.compose import Simulator
 
 AUTH = ("admin", "admin")
 BLOCKS = "/redfish/v1/CompositionService/ResourceBlocks"

@@ -19,10 +19,10 @@ import requests
 
 from tests import serving
 from tests.kubefake import eventually
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
-from webhook.fabric_sim import inventory
-from webhook.fabric_sim.server import RunningSim, start_in_thread
+from webhook.sim.fabric import inventory
+from webhook.sim.fabric.server import RunningSim, start_in_thread
 
 FAB_NODES = [f"fab-{i:02d}" for i in range(demo.FABRIC_NODES)]
 AUTH = ("admin", "admin")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.adapters.redfish import RedfishClient
+from webhook.adapters.redfish.client import RedfishClient
 from webhook.service.fabric_wiring import FabricConfigError, FabricCredentials, read_credentials
 
 SECRET = "s3cr:et-pw"

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.fabric.conftest import AUTH, BLOCKS, SYSTEMS, Sim, inventory
-from webhook.fabric_sim import server
+from webhook.sim.fabric import server
 
 ADD = "#ComputerSystem.AddResourceBlock"
 REMOVE = "#ComputerSystem.RemoveResourceBlock"

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from tests.fabric.conftest import AUTH, BLOCKS, SYSTEMS, Sim, deadline, inventory
-from webhook.fabric_sim import server
+from webhook.sim.fabric import server
 
 REPO = Path(__file__).resolve().parents[2]
 OEM_SCHEMA = REPO / "docs" / "redfish" / "ImexWebhook_v1.xml"
@@ -44,7 +44,7 @@ def test_the_fabric_sim_command_serves_until_terminated(tmp_path: Path) -> None:
     inv_file = tmp_path / "inventory.yaml"
     inv_file.write_text("zones: [{id: z}]\nsystems: [{id: n-0, zone: z}]\nblocks: [{id: g-0, zone: z}]\n"
                         "credentials: {username: ops, password: s3cret}\n")
-    cmd = [sys.executable, "-m", "webhook.fabric_sim", "--bind", "127.0.0.1:0", "--inventory", str(inv_file),
+    cmd = [sys.executable, "-m", "webhook.sim.fabric", "--bind", "127.0.0.1:0", "--inventory", str(inv_file),
            "--tls-dir", str(tmp_path / "tls")]
     with (tmp_path / "stderr.log").open("w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
@@ -71,7 +71,7 @@ def test_the_fabric_sim_command_serves_until_terminated(tmp_path: Path) -> None:
 def test_the_fabric_sim_command_rejects_a_bad_inventory_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("zones: [{id: z}]\nblocks: [{id: g, zone: nowhere}]\n")
-    done = subprocess.run([sys.executable, "-m", "webhook.fabric_sim", "--inventory", str(bad)],
+    done = subprocess.run([sys.executable, "-m", "webhook.sim.fabric", "--inventory", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == f"imex-webhook fabric-sim: {bad}: blocks[0].zone: unknown zone 'nowhere'"

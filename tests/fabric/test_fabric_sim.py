@@ -11,10 +11,10 @@ import pytest
 import requests
 
 from tests.fabric.conftest import BLOCKS, SYSTEMS, FakeClock, Sim, inventory
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim.compose import Simulator
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric.compose import Simulator
 
 ADD = "Actions/ComputerSystem.AddResourceBlock"
 REMOVE = "Actions/ComputerSystem.RemoveResourceBlock"

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fabric.conftest import AUTH, BLOCKS, SESSIONS, SYSTEMS, inventory
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim import server
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric import server
 
 SETTINGS = settings(max_examples=120, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

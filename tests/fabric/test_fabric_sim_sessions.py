@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.fabric.conftest import AUTH, SESSIONS, SYSTEMS, FakeClock, Sim, inventory
-from webhook.fabric_sim.compose import Simulator
+from webhook.sim.fabric.compose import Simulator
 
 SERVICE = "/redfish/v1/SessionService"
 
@@ -192,7 +192,7 @@ def test_methods_a_session_resource_does_not_take_get_405_with_allow(sim: Sim) -
 
 
 def test_the_fabric_sim_command_can_refuse_basic_and_set_the_timeout(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "webhook.fabric_sim", "--bind", "127.0.0.1:0", "--no-basic-auth",
+    cmd = [sys.executable, "-m", "webhook.sim.fabric", "--bind", "127.0.0.1:0", "--no-basic-auth",
            "--session-timeout", "90"]
     with (tmp_path / "stderr.log").open("w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,

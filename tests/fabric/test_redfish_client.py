@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.fabric.conftest import BLOCKS, SYSTEMS, Sim, deadline, inventory
-from webhook.adapters.redfish import FabricError, RedfishClient
-from webhook.fabric_sim import inventory as inv
+from webhook.adapters.redfish.client import FabricError, RedfishClient
+from webhook.sim.fabric import inventory as inv
 
 A0, A1, B0 = f"{SYSTEMS}/a-0", f"{SYSTEMS}/a-1", f"{SYSTEMS}/b-0"
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 import pytest
 
 from tests.fabric.conftest import BLOCKS, SYSTEMS, FakeClock, Sim, deadline, inventory
-from webhook.adapters import redfish_auth
-from webhook.adapters.redfish import FabricError, RedfishClient
-from webhook.adapters.redfish_auth import Credentials
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim.compose import Simulator
+from webhook.adapters.redfish import auth as redfish_auth
+from webhook.adapters.redfish.auth import Credentials
+from webhook.adapters.redfish.client import FabricError, RedfishClient
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric.compose import Simulator
 
 A0 = f"{SYSTEMS}/a-0"
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests import serving
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 
 
 @pytest.fixture(scope="module")

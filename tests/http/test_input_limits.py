@@ -22,10 +22,10 @@ from webhook.adapters import embedded
 from webhook.domain import keys
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
-from webhook.fabric_sim import inventory
-from webhook.fabric_sim.server import start_in_thread
 from webhook.http.app import create_app
 from webhook.http.metrics import Metrics
+from webhook.sim.fabric import inventory
+from webhook.sim.fabric.server import start_in_thread
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 

@@ -26,7 +26,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests import admission_support as support
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import admission_review, keys, mutating
 
 CREATES = support.fixture_names("create-")

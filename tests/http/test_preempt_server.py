@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 
 from tests import serving
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 
 PLAIN = serving.fixture("extender/filter-names-plain.json")["Pod"]
 

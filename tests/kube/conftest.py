@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.kubefake import KubeFake, eventually, kube_fake, kubeconfig
-from webhook.adapters import kube
-from webhook.adapters.kube_watch import WatchSettings
+from webhook.adapters.kube import backend as kube
+from webhook.adapters.kube.watch import WatchSettings
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
 

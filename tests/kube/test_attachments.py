@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import kube, kube_attachments
-from webhook.adapters.kube_watch import Watcher
+from webhook.adapters.kube import attachments as kube_attachments
+from webhook.adapters.kube import backend as kube
+from webhook.adapters.kube.watch import Watcher
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Block, Phase
 from webhook.domain.errors import StoreConflict

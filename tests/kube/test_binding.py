@@ -18,8 +18,8 @@ import pytest
 from tests import builders
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import demo
-from webhook.adapters.kube import KubeBackend
+from webhook.adapters.kube.backend import KubeBackend
+from webhook.demo import cluster as demo
 from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy

@@ -10,7 +10,7 @@ from typing import Any
 from tests import controller_objects as co
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters.kube import KubeBackend
+from webhook.adapters.kube.backend import KubeBackend
 from webhook.domain import grouping
 
 GPU = co.pod_spec(claim_template=co.GPU_TEMPLATE)

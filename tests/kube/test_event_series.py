@@ -1,4 +1,4 @@
-"""The Event correlation rules (webhook.adapters.kube_event_series) on an injected clock, no API server:
+"""The Event correlation rules (webhook.adapters.kube.event_series) on an injected clock, no API server:
 an isomorphic occurrence within six minutes joins the Event's series and one later starts a new Event;
 the note is not part of the key; a series ends with its last count written; heartbeats keep a long
 series alive; 25 writes per object, then one per five minutes; counts that wait for a token are delayed,
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.adapters.kube_event_series import BURST, HEARTBEAT, REFILL, SERIES_WINDOW, Correlator, Write
+from webhook.adapters.kube.event_series import BURST, HEARTBEAT, REFILL, SERIES_WINDOW, Correlator, Write
 from webhook.state.events import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
 
 POD = ObjectRef("v1", "Pod", "ml", "p-0", "uid-p0")

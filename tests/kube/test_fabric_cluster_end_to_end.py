@@ -24,10 +24,10 @@ import yaml
 
 from tests import serving
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
-from webhook.fabric_sim import inventory
-from webhook.fabric_sim.server import RunningSim, start_in_thread
+from webhook.sim.fabric import inventory
+from webhook.sim.fabric.server import RunningSim, start_in_thread
 
 NODE = "fab-00"
 LOCAL_GPU = {"uuid": "GPU-0f000000-0000-4000-8000-000000000001", "pci": "0000:18:00.0"}

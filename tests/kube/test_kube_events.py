@@ -1,4 +1,4 @@
-"""The Event recorder (webhook.adapters.kube_events) against the wire-level fake API server, which here
+"""The Event recorder (webhook.adapters.kube.events) against the wire-level fake API server, which here
 refuses Events as kube-apiserver's events validation does (tests/kube/event_rules.py), and whose stored
 Events must pass Kubernetes 1.34's OpenAPI schema and the official client's model.
 
@@ -31,9 +31,9 @@ from tests.kube import event_rules
 from tests.kube.conftest import Connect
 from tests.kubefake import KINDS, KubeFake, eventually
 from webhook.adapters import embedded
-from webhook.adapters.kube_api import MERGE_PATCH, Api, ApiError, call_timeout, load_configuration
-from webhook.adapters.kube_event_series import BURST, CACHE_SIZE, REFILL, SERIES_WINDOW, Correlator
-from webhook.adapters.kube_events import EVENTS, MAX_QUEUED, NOTE_BYTES, TRIES, EventRecorder, name_prefix
+from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, call_timeout, load_configuration
+from webhook.adapters.kube.event_series import BURST, CACHE_SIZE, REFILL, SERIES_WINDOW, Correlator
+from webhook.adapters.kube.events import EVENTS, MAX_QUEUED, NOTE_BYTES, TRIES, EventRecorder, name_prefix
 from webhook.domain import parsing
 from webhook.domain.policy import Policy
 from webhook.http.metrics import Metrics

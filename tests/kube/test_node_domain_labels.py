@@ -25,10 +25,11 @@ from kubernetes.client import ApiClient
 
 from tests import builders, serving
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import demo, kube
-from webhook.adapters.kube_api import Api, call_timeout, load_configuration
-from webhook.adapters.kube_node_labels import NODES, LabellerSettings, NodeDomainLabeller
-from webhook.adapters.kube_watch import Watcher
+from webhook.adapters.kube import backend as kube
+from webhook.adapters.kube.api import Api, call_timeout, load_configuration
+from webhook.adapters.kube.node_labels import NODES, LabellerSettings, NodeDomainLabeller
+from webhook.adapters.kube.watch import Watcher
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore

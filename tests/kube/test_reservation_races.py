@@ -35,9 +35,9 @@ import yaml
 from tests import builders
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import kube_reservations
-from webhook.adapters.kube import KubeBackend
-from webhook.adapters.kube_reservations import KubeReservationStore, ledger_name, object_name
+from webhook.adapters.kube import reservations as kube_reservations
+from webhook.adapters.kube.backend import KubeBackend
+from webhook.adapters.kube.reservations import KubeReservationStore, ledger_name, object_name
 from webhook.domain import keys
 from webhook.domain.errors import DecisionError
 from webhook.domain.filtering import FilterOutcome

@@ -20,8 +20,8 @@ import pytest
 
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters.kube import KubeBackend
-from webhook.adapters.kube_reservations import CRD_MISSING, ledger_name, object_name
+from webhook.adapters.kube.backend import KubeBackend
+from webhook.adapters.kube.reservations import CRD_MISSING, ledger_name, object_name
 from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.model import Reservation
 

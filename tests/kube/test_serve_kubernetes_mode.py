@@ -12,7 +12,7 @@ from typing import Any
 
 from tests import serving
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 
 
 def _reservations(fake: KubeFake) -> list[dict[str, Any]]:

@@ -21,9 +21,9 @@ import pytest
 from tests import builders
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import demo
-from webhook.adapters.kube import KubeBackend, KubeConfigError, connect
-from webhook.adapters.kube_watch import WatchSettings
+from webhook.adapters.kube.backend import KubeBackend, KubeConfigError, connect
+from webhook.adapters.kube.watch import WatchSettings
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.state import workload_tables
@@ -101,7 +101,7 @@ def test_a_missing_compute_domain_crd_still_becomes_ready(fake: KubeFake, connec
 @pytest.mark.parametrize("as_status", [False, True], ids=["error-event", "http-status"])
 def test_a_410_gone_relists_and_the_cache_ends_up_correct(fake: KubeFake, backend: KubeBackend,
                                                           as_status: bool, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="webhook.adapters.kube_watch")
+    caplog.set_level(logging.INFO, logger="webhook.adapters.kube.watch")
     fake.create("pods", builders.pod("kept", gpus=1))
     fake.create("pods", builders.pod("lost-delete", gpus=1))
     eventually(lambda: _pods(backend) == 2, what="pods listed")

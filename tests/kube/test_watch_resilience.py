@@ -24,9 +24,9 @@ from flask import Flask
 from tests import builders
 from tests.kube.conftest import FAST, Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters import demo
-from webhook.adapters.kube import KubeBackend, connect
-from webhook.adapters.kube_watch import WatchSettings
+from webhook.adapters.kube.backend import KubeBackend, connect
+from webhook.adapters.kube.watch import WatchSettings
+from webhook.demo import cluster as demo
 from webhook.domain import keys, parsing
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app

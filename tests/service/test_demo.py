@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests import serving
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 
 
 def test_the_demo_places_every_job_where_it_must_and_exits_zero(tmp_path: Path) -> None:

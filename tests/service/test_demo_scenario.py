@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
+from webhook.demo import run as demo_cli
+from webhook.demo import scenario as demo_scenario
 from webhook.domain import keys
 from webhook.domain.policy import Policy
-from webhook.service import demo as demo_cli
-from webhook.service import demo_scenario
 from webhook.sim import cycle
 
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import pytest
 
 from tests import builders
-from webhook.adapters import demo, embedded
+from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain import parsing
 from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.errors import DecisionError

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.adapters import demo, embedded
+from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain import parsing
 from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod, Reservation

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from webhook.adapters import demo, embedded
+from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain import parsing
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore

@@ -22,8 +22,8 @@ import pytest
 
 from certs import files, issue
 from tests import serving
-from webhook.adapters import demo as demo_cluster
-from webhook.service import demo
+from webhook.demo import cluster as demo_cluster
+from webhook.demo import run as demo
 from webhook.tools import explain
 
 

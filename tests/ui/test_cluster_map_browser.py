@@ -20,9 +20,9 @@ import requests
 
 from tests import serving
 from tests.ui import browser
-from webhook.adapters import demo as demo_cluster
+from webhook.demo import cluster as demo_cluster
+from webhook.demo import run as demo
 from webhook.domain import keys
-from webhook.service import demo
 
 pytestmark = pytest.mark.timeout(120)
 HOSTILE = "<img src=x onerror=window.__pwned=1>"

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod
 from webhook.state.cluster import KINDS, ClusterStore

@@ -22,16 +22,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from webhook.adapters import kube_agent
-from webhook.agent import hotplug, release, scenario
-from webhook.agent.host_sim import SimHost
+from webhook.adapters.kube import node_agent as kube_agent
+from webhook.agent import hotplug, release
 from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
-from webhook.agent.nvml_sim import FakePynvml
 from webhook.agent.ports import DryRunNodeApi, NodeApi
 from webhook.agent.server import ProbeServer
 from webhook.agent.settings import AgentSettings, SettingsError, add_arguments, from_args
 from webhook.agent.sysfs import Host
+from webhook.sim import node_scenario as scenario
+from webhook.sim.host import SimHost
+from webhook.sim.nvml import FakePynvml
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def build(settings: AgentSettings, stack: ExitStack) -> Agent:
     host = Host(sysfs_root, proc_root, own_pid=-1 if settings.simulated else None)
     api: NodeApi
     if settings.standalone and sim is not None:
-        from webhook.agent.simulated import MemoryNodeApi
+        from webhook.sim.agents import MemoryNodeApi
 
         api = MemoryNodeApi({"metadata": {"name": settings.node}}, sim)
         log.info("no API server given: node %s lives in memory", settings.node)

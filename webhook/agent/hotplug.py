@@ -23,7 +23,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from webhook.adapters.kube_api import ApiError
+from webhook.adapters.kube.api import ApiError
 from webhook.agent import clique
 from webhook.agent.model import FabricState, Gpu, Health, normalise_pci
 from webhook.agent.nvml import Nvml

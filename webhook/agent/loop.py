@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TextIO
 
-from webhook.adapters.kube_api import ApiError
+from webhook.adapters.kube.api import ApiError
 from webhook.agent import hotplug, inventory, release
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.model import Gpu

@@ -1,8 +1,8 @@
-"""What the agent needs from the API server, as a Protocol: ``webhook.adapters.kube_agent.KubeNodeApi``
+"""What the agent needs from the API server, as a Protocol: ``webhook.adapters.kube.node_agent.KubeNodeApi``
 implements it over HTTP, ``embedded.MemoryNodeApi`` in memory (the embedded ``serve`` mode), and
 ``DryRunNodeApi`` wraps either and prints every change instead of making it.
 
-Failures are ``webhook.adapters.kube_api.ApiError`` (status 0: no answer; 409: a stale resourceVersion).
+Failures are ``webhook.adapters.kube.api.ApiError`` (status 0: no answer; 409: a stale resourceVersion).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.adapters.kube_agent import DEFAULT_DEVICE_PLUGIN_SELECTORS
+from webhook.adapters.kube.node_agent import DEFAULT_DEVICE_PLUGIN_SELECTORS
 from webhook.agent.steps import Deadlines
 
 # Loopback by default: an agent started by hand on a node must not offer its endpoints to the network. The

@@ -5,7 +5,7 @@ The admission webhook keeps a group together with a required pod affinity whose 
 rejects every node that lacks a required term's ``topologyKey`` (even for a group's first pod), so the
 key must be on every node of every domain, cliques (``nvidia.com/gpu.clique``) and fabric zones
 (``imex-webhook.io/fabric-zone``) alike, with the domain as its value. The extender's node domain
-labeller (``webhook.adapters.kube_node_labels``) writes it from these functions; they are pure.
+labeller (``webhook.adapters.kube.node_labels``) writes it from these functions; they are pure.
 
 The value is the node's domain exactly as the extender compares it (``parsing.node_domain``: the value
 of the first ``--domain-label`` present), so the scheduler's notion of "same domain" and ours agree. A

@@ -118,7 +118,7 @@ class Metrics:
             self.registry.register(self._view)
         return self._view
 
-    # -- Kubernetes Events (webhook.adapters.kube_events): what the recorder could not deliver --------------
+    # -- Kubernetes Events (webhook.adapters.kube.events): what the recorder could not deliver --------------
     _events: _DroppedEvents | None = None
 
     def watch_events(self, dropped: Callable[[], Mapping[str, int]]) -> None:

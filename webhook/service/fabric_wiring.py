@@ -19,16 +19,16 @@ from typing import Any
 
 import yaml
 
-from webhook.adapters.redfish import RedfishClient
-from webhook.adapters.redfish_auth import AUTH_MODES, AuthMode
-from webhook.adapters.redfish_fabric import RedfishFabric
-from webhook.agent.simulated import SimulatedNodeAgents
+from webhook.adapters.redfish.auth import AUTH_MODES, AuthMode
+from webhook.adapters.redfish.client import RedfishClient
+from webhook.adapters.redfish.fabric import RedfishFabric
 from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.errors import StoreConflict
 from webhook.domain.fabric_plan import Timeouts
-from webhook.fabric_sim import inventory as sim_inventory
-from webhook.fabric_sim.server import RunningSim, start_in_thread
 from webhook.http.metrics import Metrics
+from webhook.sim.agents import SimulatedNodeAgents
+from webhook.sim.fabric import inventory as sim_inventory
+from webhook.sim.fabric.server import RunningSim, start_in_thread
 from webhook.state.backend import Backend
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine

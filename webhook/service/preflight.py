@@ -110,7 +110,7 @@ def check_tls(settings: Settings, cert: Path, key: Path) -> TlsFiles:
 
 def check_cluster_source(settings: Settings) -> list[dict[str, Any]] | None:
     if settings.kubeconfig is not None or settings.in_cluster:
-        from webhook.adapters.kube_api import KubeConfigError, load_configuration
+        from webhook.adapters.kube.api import KubeConfigError, load_configuration
 
         if settings.kubeconfig is not None and not settings.kubeconfig.is_file():
             raise SettingsError(f"--kubeconfig {settings.kubeconfig}: no such file")

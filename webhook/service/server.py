@@ -107,8 +107,8 @@ def build_backend(settings: Settings, store: ClusterStore,
         if settings.cluster_files:
             return embedded.from_files(store, list(settings.cluster_files), settings.pod_ttl)
         return embedded.from_demo(store, settings.pod_ttl)
-    from webhook.adapters import kube
-    from webhook.adapters.kube_watch import WatchSettings
+    from webhook.adapters.kube import backend as kube
+    from webhook.adapters.kube.watch import WatchSettings
 
     return kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster, store,
                         settings.holder, label_nodes=True,

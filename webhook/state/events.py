@@ -3,7 +3,7 @@
 The engine reports what happened to a pod and to its ComputeDomain as ``Occurrence``s through an
 ``EventSink``: a group got its domain, no domain can host it, a fabric attach started, succeeded or
 failed, a reservation expired or was released. In Kubernetes mode the recorder of
-``webhook.adapters.kube_events`` turns them into events.k8s.io/v1 Events (aggregated into series,
+``webhook.adapters.kube.events`` turns them into events.k8s.io/v1 Events (aggregated into series,
 rate-limited, written by a background thread); embedded mode writes them to the decision log.
 
 A sink never blocks and never raises, and ``Reporter`` catches whatever building an occurrence might

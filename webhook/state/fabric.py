@@ -4,7 +4,7 @@ The attachment object is written *before* each fabric call (intent first: ``Comp
 ids), so a crash at any point leaves a record the reconciler can finish or roll back, and a retried bind
 (the scheduler retries when we answer with an Error) continues the same attachment instead of starting
 another. Adapters come in through two small protocols: the attachment store (the API server, or memory in
-embedded mode) and the fabric manager (``webhook.adapters.redfish``).
+embedded mode) and the fabric manager (``webhook.adapters.redfish.client``).
 """
 
 from __future__ import annotations

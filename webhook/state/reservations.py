@@ -3,7 +3,7 @@
 The first ``/filter`` of a group chooses its domain and stores the reservation before any member passes
 the filter, so ``/bind`` (which runs after DRA's PreBind has allocated the claim on the node) only
 confirms it and never redirects a pod. Kubernetes mode keeps reservations in the API server
-(``webhook.adapters.kube_reservations``: every replica and every restart sees them); embedded mode keeps
+(``webhook.adapters.kube.reservations``: every replica and every restart sees them); embedded mode keeps
 them in memory here. Later members read the reservation from the watch-fed cache: no API call, no lock.
 
 Capacity promised to groups never exceeds a domain's capacity:

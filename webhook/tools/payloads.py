@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 
 NAMESPACE = "bench"

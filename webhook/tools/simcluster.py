@@ -173,7 +173,7 @@ def job_objects(job: Job) -> list[dict[str, Any]]:
     """The Kubernetes objects a job consists of, in its own namespace: a ComputeDomain and its channel
     template for nvlink jobs, and the pods (group-size annotation for fabric groups). Group pods carry
     ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default."""
-    from webhook.adapters import demo
+    from webhook.demo import cluster as demo
     from webhook.domain.policy import Policy
 
     ns = job.name

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
+from webhook.demo import scenario as demo_scenario
 from webhook.domain import keys
-from webhook.service import demo_scenario
 from webhook.tools import servers
 from webhook.tools.loadgen import percentile
 

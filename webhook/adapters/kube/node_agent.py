@@ -22,7 +22,7 @@ from urllib.parse import quote
 import urllib3
 from kubernetes.client import ApiClient
 
-from webhook.adapters.kube_api import (
+from webhook.adapters.kube.api import (
     JSON,
     MERGE_PATCH,
     Api,
@@ -32,7 +32,7 @@ from webhook.adapters.kube_api import (
     Timeout,
     load_configuration,
 )
-from webhook.adapters.kube_watch import Watcher, WatchSettings
+from webhook.adapters.kube.watch import Watcher, WatchSettings
 from webhook.domain import attachments as fa
 from webhook.domain.errors import WireError
 

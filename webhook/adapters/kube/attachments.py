@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from webhook.adapters.kube_api import MERGE_PATCH, Api, ApiError, Resource
-from webhook.adapters.kube_watch import SyncFlag
+from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, Resource
+from webhook.adapters.kube.watch import SyncFlag
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Attachment
 from webhook.domain.errors import StoreConflict, WireError

@@ -1,6 +1,6 @@
 """Redfish JSON for every resource the simulator serves, shaped on DMTF's ``public-composability`` mockup.
 
-Where the identity of a fabric GPU lives (the contract with ``webhook.adapters.redfish``): the block's
+Where the identity of a fabric GPU lives (the contract with ``webhook.adapters.redfish.client``): the block's
 Processor ``.../ResourceBlocks/<id>/Processors/GPU0`` has ``ProcessorType: GPU``, ``Model``,
 ``Manufacturer``, ``UUID`` (the bare UUID, because Resource.UUID has a pattern that "GPU-..." fails), and
 ``Oem.ImexWebhook`` ``{"GpuUuid": "GPU-<uuid>" as NVML prints it, "PciAddress": "dddd:bb:dd.f" the node
@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.fabric_sim.inventory import system_block_id
-from webhook.fabric_sim.messages import RedfishError, message, not_found
-from webhook.fabric_sim.state import BlockRec, Model, TaskRec
+from webhook.sim.fabric.inventory import system_block_id
+from webhook.sim.fabric.messages import RedfishError, message, not_found
+from webhook.sim.fabric.state import BlockRec, Model, TaskRec
 
 ROOT = "/redfish/v1"
 SYSTEMS = f"{ROOT}/Systems"

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from webhook.agent.model import normalise_pci
-from webhook.agent.scenario import ERROR_CODES, SimGpu, SimNode
+from webhook.sim.node_scenario import ERROR_CODES, SimGpu, SimNode
 
 _TEXT = {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
          5: "Already Initialized", 6: "Not Found", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found",

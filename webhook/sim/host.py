@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from webhook.agent.scenario import SimGpu, SimNode
+from webhook.sim.node_scenario import SimGpu, SimNode
 
 log = logging.getLogger(__name__)
 POLL = 0.005

@@ -1,6 +1,6 @@
 """What the Redfish client reads out of a composition service's payloads: results, errors, task states.
 
-Pure functions over decoded JSON, kept apart from the HTTP code in ``webhook.adapters.redfish`` so each
+Pure functions over decoded JSON, kept apart from the HTTP code in ``webhook.adapters.redfish.client`` so each
 tolerance for a real-world quirk is visible and testable on its own: ``Processors`` as an array of links
 (the DMTF mockup) or as a link to a ProcessorCollection; the zone of a block from its ``Links.Zones``
 or from the zone's ``Links.ResourceBlocks``; the GPU UUID from ``Oem.ImexWebhook.GpuUuid``, the

@@ -15,9 +15,9 @@ from typing import Any
 
 import requests
 
-from webhook.adapters import redfish_wire as wire
-from webhook.adapters.redfish_http import HttpClient, Transport
-from webhook.adapters.redfish_wire import BlockInfo, FabricError, Goal, SystemView
+from webhook.adapters.redfish import payloads as wire
+from webhook.adapters.redfish.http import HttpClient, Transport
+from webhook.adapters.redfish.payloads import BlockInfo, FabricError, Goal, SystemView
 
 log = logging.getLogger("imex_webhook.fabric")
 

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.adapters import redfish_wire as wire
-from webhook.adapters.redfish_auth import AuthMode
-from webhook.adapters.redfish_ops import Operations
-from webhook.adapters.redfish_wire import BlockInfo, FabricError, Goal, SystemView
+from webhook.adapters.redfish import payloads as wire
+from webhook.adapters.redfish.auth import AuthMode
+from webhook.adapters.redfish.converger import Operations
+from webhook.adapters.redfish.payloads import BlockInfo, FabricError, Goal, SystemView
 
 __all__ = ["AuthMode", "BlockInfo", "Discovery", "FabricError", "RedfishClient"]
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim.messages import RedfishError, Reply, error_body, message
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric.messages import RedfishError, Reply, error_body, message
 
 MAX_TASKS = 200  # finished tasks beyond this are purged, oldest first (their monitors then answer 404)
 

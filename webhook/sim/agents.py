@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from webhook.agent import hotplug, inventory, release
-from webhook.agent.host_sim import SimHost
 from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
-from webhook.agent.nvml_sim import FakePynvml
-from webhook.agent.scenario import SimFabric, SimGpu, SimNode
 from webhook.agent.steps import Deadlines
 from webhook.agent.sysfs import Host
 from webhook.domain import attachments as fa
 from webhook.domain import keys
 from webhook.domain.patches import merge_patch
+from webhook.sim.host import SimHost
+from webhook.sim.node_scenario import SimFabric, SimGpu, SimNode
+from webhook.sim.nvml import FakePynvml
 
 log = logging.getLogger(__name__)
 NodeCallback = Callable[[dict[str, Any]], None]

@@ -19,9 +19,9 @@ from typing import Any
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from certs import files as cert_files
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim.app import create_app
-from webhook.fabric_sim.compose import Simulator
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric.app import create_app
+from webhook.sim.fabric.compose import Simulator
 
 log = logging.getLogger("imex_webhook.fabric_sim")
 

@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import orjson
 import urllib3
 
-from webhook.adapters.kube_api import Api, ApiError, Resource
+from webhook.adapters.kube.api import Api, ApiError, Resource
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.fabric_sim import payloads, sessions
-from webhook.fabric_sim.inventory import Inventory, system_block_id
-from webhook.fabric_sim.messages import RedfishError, Reply, error_body, message
-from webhook.fabric_sim.state import BlockRec, Model, SystemRec
+from webhook.sim.fabric import payloads, sessions
+from webhook.sim.fabric.inventory import Inventory, system_block_id
+from webhook.sim.fabric.messages import RedfishError, Reply, error_body, message
+from webhook.sim.fabric.state import BlockRec, Model, SystemRec
 
 _ACTION_PARAMS = {"ResourceBlock", "ResourceBlockETag", "ComputerSystemETag"}
 _HOST = "host"  # marker for a system's own ComputerSystem block

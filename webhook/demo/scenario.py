@@ -1,7 +1,7 @@
 """The jobs ``imex-webhook demo`` submits, what a correct service must do with each, and the cluster as
 kube-scheduler sees it.
 
-Written against the built-in demo cluster (webhook/adapters/demo.py) and the built-in fabric inventory:
+Written against the built-in demo cluster (webhook/demo/cluster.py) and the built-in fabric inventory:
 three cliques sharing clique number 32766 (A: 18 trays, two held by a running ComputeDomain; B: 18
 trays, two busy; C: 9 trays), four HGX nodes without a clique, and a PCIe pool of four nodes with one
 local GPU and four fabric slots each.
@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.adapters import demo
+from webhook.demo import cluster as demo
 from webhook.domain import keys, node_labels
 from webhook.domain.policy import Policy
 from webhook.sim.dra_objects import CD_DRIVER, channel_slice

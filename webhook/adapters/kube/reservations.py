@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from webhook.adapters.kube_api import Api, ApiError, Resource, Timeout
-from webhook.adapters.kube_watch import SyncFlag
+from webhook.adapters.kube.api import Api, ApiError, Resource, Timeout
+from webhook.adapters.kube.watch import SyncFlag
 from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.model import Reservation
 from webhook.state.reservations import Arbiter, DomainFull

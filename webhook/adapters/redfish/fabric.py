@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from webhook.adapters.redfish import RedfishClient
-from webhook.adapters.redfish_wire import BlockInfo, FabricError
+from webhook.adapters.redfish.client import RedfishClient
+from webhook.adapters.redfish.payloads import BlockInfo, FabricError
 from webhook.domain.attachments import Block
 from webhook.state.cluster import ClusterStore
 from webhook.state.fabric import FabricFailure

@@ -20,8 +20,8 @@ from types import FrameType
 import yaml
 
 from certs.issue import CertError
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim import server
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric import server
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

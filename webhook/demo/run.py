@@ -31,9 +31,10 @@ import requests
 
 from certs import files as cert_files
 from certs import issue as cert_issue
-from webhook.adapters import demo
-from webhook.service import demo_scenario, deploy
-from webhook.service.demo_scenario import Job
+from webhook.demo import cluster as demo
+from webhook.demo import scenario as demo_scenario
+from webhook.demo.scenario import Job
+from webhook.service import deploy
 from webhook.sim import cycle
 from webhook.sim.cycle.scheduling import BIND_ERROR, BOUND, UNSCHEDULABLE
 from webhook.sim.dra_objects import channel_device_class

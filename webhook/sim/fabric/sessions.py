@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.fabric_sim import payloads
-from webhook.fabric_sim.inventory import Credentials, Options
-from webhook.fabric_sim.messages import RedfishError, Reply, message, not_found
-from webhook.fabric_sim.state import Model, now_iso
+from webhook.sim.fabric import payloads
+from webhook.sim.fabric.inventory import Credentials, Options
+from webhook.sim.fabric.messages import RedfishError, Reply, message, not_found
+from webhook.sim.fabric.state import Model, now_iso
 
 SERVICE = f"{payloads.ROOT}/SessionService"
 SESSIONS = payloads.SESSIONS

@@ -1,7 +1,7 @@
 """The simulator's inventory: zones, GPU blocks, systems, credentials, options and faults.
 
 Loaded from a YAML or JSON file (JSON is YAML, so one loader reads both) or built in (:func:`demo`, which
-matches the demo cluster of ``webhook.adapters.demo``: zone ``pcie-pool-1``, nodes fab-00..fab-03 with
+matches the demo cluster of ``webhook.demo.cluster``: zone ``pcie-pool-1``, nodes fab-00..fab-03 with
 4 fabric slots each). Unknown keys are errors, so a typo in a fault name does not silently run a test
 without its fault. The format is documented in docs/FABRIC.md.
 """

@@ -20,7 +20,7 @@ import time
 
 from kubernetes.client import ApiClient
 
-from webhook.adapters.kube_api import (
+from webhook.adapters.kube.api import (
     EXTENDER_HTTP_TIMEOUT,
     Api,
     ApiError,
@@ -29,11 +29,11 @@ from webhook.adapters.kube_api import (
     call_timeout,
     load_configuration,
 )
-from webhook.adapters.kube_attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
-from webhook.adapters.kube_events import EventRecorder
-from webhook.adapters.kube_node_labels import NodeDomainLabeller
-from webhook.adapters.kube_reservations import DOMAIN_RESERVATIONS, KubeReservationStore
-from webhook.adapters.kube_watch import Sink, Watcher, WatchSettings
+from webhook.adapters.kube.attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
+from webhook.adapters.kube.events import EventRecorder
+from webhook.adapters.kube.node_labels import NodeDomainLabeller
+from webhook.adapters.kube.reservations import DOMAIN_RESERVATIONS, KubeReservationStore
+from webhook.adapters.kube.watch import Sink, Watcher, WatchSettings
 from webhook.domain import parsing
 from webhook.domain.errors import DecisionError, WireError
 from webhook.domain.model import Pod

@@ -34,8 +34,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from webhook.adapters.kube_api import MERGE_PATCH, Api, ApiError, Resource
-from webhook.adapters.kube_watch import Sink
+from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, Resource
+from webhook.adapters.kube.watch import Sink
 from webhook.domain import node_labels
 from webhook.domain.errors import WireError
 from webhook.domain.node_labels import LabelState

@@ -19,9 +19,9 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from webhook.fabric_sim import admin, sessions
-from webhook.fabric_sim.compose import Simulator
-from webhook.fabric_sim.messages import RedfishError, Reply, error_body, message, parse_body
+from webhook.sim.fabric import admin, sessions
+from webhook.sim.fabric.compose import Simulator
+from webhook.sim.fabric.messages import RedfishError, Reply, error_body, message, parse_body
 
 log = logging.getLogger("imex_webhook.fabric_sim")
 MAX_BODY = 1 << 20

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
-from webhook.adapters.kube_api import JSON, MERGE_PATCH, Api, ApiError, Resource
-from webhook.adapters.kube_event_series import Correlator, Series, Write
+from webhook.adapters.kube.api import JSON, MERGE_PATCH, Api, ApiError, Resource
+from webhook.adapters.kube.event_series import Correlator, Series, Write
 from webhook.state.events import DROP_REASONS, ObjectRef, Occurrence
 
 log = logging.getLogger(__name__)

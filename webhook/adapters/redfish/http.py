@@ -21,8 +21,8 @@ from typing import Any
 
 import requests
 
-from webhook.adapters import redfish_wire as wire
-from webhook.adapters.redfish_auth import (
+from webhook.adapters.redfish import payloads as wire
+from webhook.adapters.redfish.auth import (
     OPEN_PATHS,
     ROOT,
     AuthMode,
@@ -31,7 +31,7 @@ from webhook.adapters.redfish_auth import (
     SessionAuth,
     offers_no_sessions,
 )
-from webhook.adapters.redfish_wire import FabricError
+from webhook.adapters.redfish.payloads import FabricError
 
 log = logging.getLogger("imex_webhook.fabric")
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from webhook.fabric_sim import inventory as inv
-from webhook.fabric_sim.compose import Simulator
-from webhook.fabric_sim.messages import RedfishError, parse_body
+from webhook.sim.fabric import inventory as inv
+from webhook.sim.fabric.compose import Simulator
+from webhook.sim.fabric.messages import RedfishError, parse_body
 
 JsonResponse = Callable[[int, Any], Response]
 
