@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook.errors import ImexWebhookError
+
 KeyType: TypeAlias = Literal["ec", "rsa"]
 SigningKey: TypeAlias = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 IpAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -46,7 +48,7 @@ SERVING_DAYS = 365
 CLOCK_SKEW = datetime.timedelta(minutes=5)
 
 
-class CertError(ValueError):
+class CertError(ImexWebhookError, ValueError):
     """A certificate cannot be built, parsed or reused; the message says which and why."""
 
 

@@ -50,8 +50,8 @@ from tests.kubefake import KINDS, KubeFake
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.watch import WatchSettings
 from webhook.domain import keys
-from webhook.domain.errors import DecisionError
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 from webhook.state.engine import Engine
 
 T = TypeVar("T")

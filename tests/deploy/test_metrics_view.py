@@ -20,10 +20,10 @@ from tests import builders, serving
 from tests.kubefake import KubeFake, eventually
 from webhook.domain import keys, parsing
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.errors import DecisionError
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 from webhook.http.metrics import MAX_EVALUATED, WAITING_REASONS, Metrics
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine

@@ -17,9 +17,9 @@ import pytest
 
 from tests import admission_support as support
 from webhook.domain import admission_review
-from webhook.domain.errors import WireError
 from webhook.domain.mutating import MutationResult
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 
 POLICY = Policy()
 

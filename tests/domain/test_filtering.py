@@ -10,9 +10,9 @@ import pytest
 
 from tests import builders
 from webhook.domain import filtering, keys, parsing, placement
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 
 POLICY = Policy()
 A, B, C = "aaaa-1111.7", "bbbb-2222.7", "cccc-3333.7"  # same clique number, different racks

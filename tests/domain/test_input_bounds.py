@@ -11,10 +11,10 @@ import pytest
 
 from tests import builders
 from webhook.domain import grouping, keys, limits, parsing
-from webhook.domain.errors import WireError
 from webhook.domain.limits import GROUP_NAME_MAX, NAME_MAX, redact_url, redact_urls, shown
 from webhook.domain.model import Catalog
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 from webhook.service.settings import Settings
 
 

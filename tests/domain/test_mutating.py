@@ -30,9 +30,9 @@ from tests import admission_support as support
 from tests import builders
 from webhook.demo import cluster as demo
 from webhook.domain import keys, mutating
-from webhook.domain.errors import WireError
 from webhook.domain.mutating import GROUP_ID_ANNOTATION, MutationResult
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 
 POLICY = Policy()
 LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

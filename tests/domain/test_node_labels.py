@@ -17,9 +17,9 @@ import pytest
 
 from tests import builders
 from webhook.domain import keys, node_labels, parsing
-from webhook.domain.errors import WireError
 from webhook.domain.patches import merge_patch
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 
 DOMAIN = keys.DOMAIN_LABEL
 CLIQUE = "3183419e-5b1e-4e5a-9d4c-0e6d2a1c7f01.32766"

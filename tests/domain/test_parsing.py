@@ -7,7 +7,7 @@ import pytest
 
 from tests import builders
 from webhook.domain import keys, parsing
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -9,8 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.domain.errors import WireError
 from webhook.domain.patches import PatchBuilder, escape, pointer
+from webhook.errors import WireError
 
 
 @pytest.mark.parametrize(("token", "escaped"), [

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from webhook.domain import quantity
-from webhook.domain.errors import WireError
 from webhook.domain.parsing import count
 from webhook.domain.quantity import BAD_NUMBER, BAD_SUFFIX, FORMAT_WRONG, MAX_INT64, QuantityError
+from webhook.errors import WireError
 
 E = Decimal
 

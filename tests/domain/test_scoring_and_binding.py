@@ -7,9 +7,9 @@ import pytest
 
 from tests import builders
 from webhook.domain import binding, parsing, scoring
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 
 POLICY = Policy()
 A, B = "aaaa-1111.7", "bbbb-2222.7"

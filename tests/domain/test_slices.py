@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from webhook.domain.errors import WireError
 from webhook.domain.slices import SliceGpus, resource_slice
+from webhook.errors import WireError
 
 DRIVERS = ("gpu.nvidia.com",)
 

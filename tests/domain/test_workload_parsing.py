@@ -11,8 +11,8 @@ import pytest
 
 from tests import controller_objects as co
 from webhook.domain import parsing, workload_parsing
-from webhook.domain.errors import WireError
 from webhook.domain.model import GangGroup
+from webhook.errors import WireError
 
 GPU = co.pod_spec(claim_template=co.GPU_TEMPLATE)
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests import serving
 from webhook.domain import candidates, parsing
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 from webhook.http.extender import scores_json
 from webhook.http.extender_args import PodCache, node_names
 

@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 
 from tests import serving
-from webhook.domain.errors import DecisionError
+from webhook.errors import DecisionError
 
 
 def _filter(app: Flask) -> dict[str, Any]:

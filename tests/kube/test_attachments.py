@@ -18,8 +18,8 @@ from webhook.adapters.kube import backend as kube
 from webhook.adapters.kube.watch import Watcher
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Block, Phase
-from webhook.domain.errors import StoreConflict
 from webhook.domain.policy import Policy
+from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
 
 

@@ -20,9 +20,9 @@ from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.demo import cluster as demo
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 from webhook.state.engine import Engine
 
 

@@ -39,10 +39,10 @@ from webhook.adapters.kube import reservations as kube_reservations
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.reservations import KubeReservationStore, ledger_name, object_name
 from webhook.domain import keys
-from webhook.domain.errors import DecisionError
 from webhook.domain.filtering import FilterOutcome
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 from webhook.http.app import create_app
 from webhook.state.engine import Engine
 

@@ -22,8 +22,8 @@ from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.reservations import CRD_MISSING, ledger_name, object_name
-from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.model import Reservation
+from webhook.errors import DecisionError, StoreConflict
 
 DR = "domainreservations"
 

@@ -11,9 +11,9 @@ from tests import builders
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain import parsing
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 

@@ -18,9 +18,9 @@ from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain import parsing
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 from webhook.state import events
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine

@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from webhook.demo import cluster as demo
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod
+from webhook.errors import DecisionError, ImexWebhookError
 from webhook.state.cluster import KINDS, ClusterStore
 from webhook.state.fabric import MemoryAttachmentStore
 from webhook.state.forgetting import Forgetting
@@ -41,7 +41,7 @@ DEFAULT_POD_TTL = 600.0
 FORGET_PER_NOTE = 4
 
 
-class ClusterFileError(Exception):
+class ClusterFileError(ImexWebhookError):
     """A --cluster file that cannot be loaded; the message names the file and the problem."""
 
 

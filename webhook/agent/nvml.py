@@ -32,6 +32,7 @@ from webhook.agent.model import (
     Process,
     normalise_pci,
 )
+from webhook.errors import ImexWebhookError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -341,7 +342,7 @@ class Nvml:
             raise NvmlCallError(self._describe(call, exc), in_use=self._is(exc, "NVML_ERROR_IN_USE")) from exc
 
 
-class NvmlCallError(Exception):
+class NvmlCallError(ImexWebhookError):
     """A changing NVML call failed; the message names the call and NVML's reason."""
 
     def __init__(self, message: str, in_use: bool) -> None:

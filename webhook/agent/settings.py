@@ -11,6 +11,7 @@ from typing import Any
 
 from webhook.adapters.kube.node_agent import DEFAULT_DEVICE_PLUGIN_SELECTORS
 from webhook.agent.steps import Deadlines
+from webhook.errors import ImexWebhookError
 
 # Loopback by default: an agent started by hand on a node must not offer its endpoints to the network. The
 # DaemonSet listens on every address of its pod's own network namespace (manifests/agent.yaml).
@@ -18,7 +19,7 @@ DEFAULT_LISTEN = "127.0.0.1:8081"
 STEP_NAMES = tuple(f.name.replace("_", "-") for f in dataclasses.fields(Deadlines))
 
 
-class SettingsError(ValueError):
+class SettingsError(ImexWebhookError, ValueError):
     """A flag combination that cannot work; the message says which flag and why."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from webhook.domain.attachments import Attachment, Condition
+from webhook.errors import ImexWebhookError
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +37,11 @@ class Deadlines:
     poll: float = 0.5  # between two looks at something we wait for; API reads happen at most this often
 
 
-class Refused(Exception):
+class Refused(ImexWebhookError):
     """Not a failure: the procedure may not go on now (a GPU in use); it is tried again later."""
 
 
-class StepFailed(Exception):
+class StepFailed(ImexWebhookError):
     def __init__(self, step: str, reason: str, elapsed: float) -> None:
         super().__init__(f"step {step} failed after {elapsed:.1f}s: {reason}")
         self.step = step

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from webhook.agent.model import normalise_pci
+from webhook.errors import ImexWebhookError
 
 
-class HostError(Exception):
+class HostError(ImexWebhookError):
     """A sysfs/procfs operation failed; the message names the path and the reason."""
 
 

@@ -22,11 +22,11 @@ from typing import Any
 import orjson
 
 from webhook.domain import mutating
-from webhook.domain.errors import WireError
 from webhook.domain.limits import NAME_MAX, shown
 from webhook.domain.model import Catalog, Node
 from webhook.domain.mutating import MutationResult
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 from webhook.wire.admission import API_VERSION, KIND, AdmissionResponse, AdmissionReview
 
 DENY_CODE = 400

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.domain import keys
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 
 GROUP = "imex-webhook.io"
 VERSION = "v1alpha1"

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 
 from webhook.domain import capacity, filtering, grouping, placement
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.domain import keys
-from webhook.domain.errors import WireError
 from webhook.domain.limits import ANNOTATIONS_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX, NAME_MAX, shown
+from webhook.errors import WireError
 
 _OURS = f"{keys.PREFIX}/"
 

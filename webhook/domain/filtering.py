@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from webhook.domain import candidates as candidates_
 from webhook.domain import capacity, grouping, placement
 from webhook.domain.capacity import Verdict
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,11 +52,11 @@ from typing import Any
 
 from webhook import __version__
 from webhook.domain import grouping, keys, parsing
-from webhook.domain.errors import WireError
 from webhook.domain.limits import shown
 from webhook.domain.model import Catalog, Node, Pod
 from webhook.domain.patches import APPEND, PatchBuilder, dotted
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 from webhook.wire.admission import JSONPatchOp
 
 GROUP_ID_ANNOTATION = keys.GROUP_ID_ANNOTATION

@@ -18,7 +18,6 @@ import orjson
 
 from webhook.domain import keys, workload_refs
 from webhook.domain import quantity as quantities
-from webhook.domain.errors import WireError
 from webhook.domain.fields import annotation_map as _annotations
 from webhook.domain.fields import label_map as _labels
 from webhook.domain.fields import list_ as _list
@@ -36,6 +35,7 @@ from webhook.domain.model import (
     Pod,
     PodClaim,
 )
+from webhook.errors import WireError
 
 
 def quantity(value: Any, path: str) -> Decimal:

@@ -21,7 +21,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 from webhook.wire.admission import JSONPatchOp
 
 Token = str | int

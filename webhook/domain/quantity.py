@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Context, Decimal, Inexact
 from typing import Any, Literal
 
+from webhook.errors import ImexWebhookError
+
 Format = Literal["DecimalSI", "BinarySI", "DecimalExponent"]
 
 MAX_INT64 = 2**63 - 1
@@ -51,7 +53,7 @@ BAD_NUMBER = "unable to parse numeric part of quantity"
 BAD_SUFFIX = "unable to parse quantity's suffix"
 
 
-class QuantityError(ValueError):
+class QuantityError(ImexWebhookError, ValueError):
     """Text Kubernetes refuses as a quantity; the message is Kubernetes' reason."""
 
 

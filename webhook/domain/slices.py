@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 
 WHOLE_GPU_TYPES = frozenset({"gpu"})
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.domain.errors import WireError
 from webhook.domain.fields import list_, map_, str_
 from webhook.domain.limits import shown
 from webhook.domain.model import (
@@ -34,6 +33,7 @@ from webhook.domain.model import (
     Replicas,
 )
 from webhook.domain.parsing import effective_gpus
+from webhook.errors import WireError
 
 INT32_MAX = 2**31 - 1  # every count these APIs have is an int32
 

@@ -16,7 +16,7 @@ import orjson
 from flask import Blueprint, Response
 
 from webhook.domain import admission_review
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 from webhook.http.common import Services, answered, json_body, services
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import orjson
 from flask import Response, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from webhook.domain.errors import WireError
 from webhook.domain.limits import MAX_DEPTH
+from webhook.errors import WireError
 from webhook.http.metrics import Metrics
 from webhook.state.backend import Backend
 from webhook.state.engine import Engine

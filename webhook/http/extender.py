@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response
 
-from webhook.domain.errors import DecisionError, WireError
 from webhook.domain.limits import NAME_MAX, shown
+from webhook.errors import DecisionError, WireError
 from webhook.http.common import Services, answered, json_body, services
 from webhook.http.extender_args import ParsedArgs, ParsedPreemption, parse_args, parse_preemption_args
 from webhook.wire.extender import (

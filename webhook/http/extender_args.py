@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from webhook.domain import candidates, parsing
-from webhook.domain.errors import WireError
 from webhook.domain.limits import NAME_MAX, shown
 from webhook.domain.model import Node, Pod
+from webhook.errors import WireError
 from webhook.http.common import Services
 from webhook.wire.extender import KubeObject
 

@@ -23,8 +23,8 @@ from webhook.adapters.redfish.auth import AUTH_MODES, AuthMode
 from webhook.adapters.redfish.client import RedfishClient
 from webhook.adapters.redfish.fabric import RedfishFabric
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.errors import StoreConflict
 from webhook.domain.fabric_plan import Timeouts
+from webhook.errors import ImexWebhookError, StoreConflict
 from webhook.http.metrics import Metrics
 from webhook.sim.agents import SimulatedNodeAgents
 from webhook.sim.fabric import inventory as sim_inventory
@@ -38,7 +38,7 @@ from webhook.state.reconciler import Reconciler
 log = logging.getLogger(__name__)
 
 
-class FabricConfigError(Exception):
+class FabricConfigError(ImexWebhookError):
     pass
 
 

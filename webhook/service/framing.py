@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook.errors import ImexWebhookError
+
 HEAD_END = b"\r\n\r\n"
 # A chunk-size line (hex size and extensions) longer than this is not one a real client sends.
 MAX_CHUNK_LINE = 1024
 
 
-class FramingError(Exception):
+class FramingError(ImexWebhookError):
     """The request cannot be read to its end: answered with ``status`` and the message, then closed."""
 
     def __init__(self, status: int, message: str) -> None:

@@ -37,9 +37,9 @@ from gunicorn.errors import AppImportError
 from certs import files as cert_files
 from certs import issue as cert_issue
 from webhook.adapters import embedded as embedded_backend
-from webhook.domain.errors import ImexWebhookError
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.policy import Policy
+from webhook.errors import ImexWebhookError
 from webhook.http.app import create_app
 from webhook.service import callers, fabric_wiring, preflight
 from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, SettingsError, default_max_buffered

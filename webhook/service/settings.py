@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from webhook.domain import keys
-from webhook.domain.errors import ImexWebhookError
 from webhook.domain.limits import redact_url
 from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT, Policy
+from webhook.errors import ImexWebhookError
 from webhook.http.app import DEFAULT_MAX_BODY
 
 DEFAULT_BIND = "127.0.0.1:8443"

@@ -48,6 +48,7 @@ from typing import Any
 import yaml
 
 from webhook.agent.model import normalise_pci
+from webhook.errors import ImexWebhookError
 
 MIB = 1024 * 1024
 ERROR_CODES = {
@@ -73,7 +74,7 @@ MASK = {
 }
 
 
-class ScenarioError(ValueError):
+class ScenarioError(ImexWebhookError, ValueError):
     """A scenario file that cannot be used; the message names the file and the field."""
 
 

@@ -25,7 +25,6 @@ from typing import Any
 
 from webhook.domain import capacity, grouping, parsing, slices
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.errors import WireError
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,
@@ -39,6 +38,7 @@ from webhook.domain.model import (
     Snapshot,
 )
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 from webhook.state import workload_tables
 from webhook.state.workload_tables import WorkloadTables
 

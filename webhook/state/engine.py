@@ -19,10 +19,10 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from webhook.domain import binding, capacity, filtering, grouping, placement, preemption, scoring
-from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.model import Demand, Group, Node, Pod, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
+from webhook.errors import DecisionError, StoreConflict
 from webhook.state.cluster import ClusterStore
 from webhook.state.events import EventSink, Reporter, sink_of
 from webhook.state.node_sets import NodeSets

@@ -19,15 +19,15 @@ from typing import Protocol
 
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Attachment, Block, Phase
-from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.fabric_plan import since
 from webhook.domain.model import Node, Pod
+from webhook.errors import DecisionError, ImexWebhookError, StoreConflict
 from webhook.state.cluster import ClusterStore
 
 log = logging.getLogger(__name__)
 
 
-class FabricFailure(Exception):
+class FabricFailure(ImexWebhookError):
     """A fabric manager refused or failed an operation; the message is for an operator."""
 
 

@@ -16,9 +16,9 @@ from dataclasses import replace
 
 from webhook.domain import fabric_plan
 from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.errors import StoreConflict
 from webhook.domain.fabric_plan import Act, Action, Timeouts
 from webhook.domain.model import Pod
+from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
 from webhook.state.fabric import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer, now_rfc3339
 

@@ -40,8 +40,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Protocol
 
-from webhook.domain.errors import StoreConflict
 from webhook.domain.model import Reservation
+from webhook.errors import StoreConflict
 
 NO_PROMISES: Mapping[str, Mapping[str, Reservation]] = MappingProxyType({})
 

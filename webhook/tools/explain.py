@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import requests
 
+from webhook.errors import ImexWebhookError
 from webhook.service.settings import DEFAULT_BIND, default_tls_dir
 from webhook.tools import explain_text
 
@@ -28,7 +29,7 @@ MAX_ANSWER = 256 * 1024 * 1024  # /inspect of a 5,000-node cluster is a few MiB;
 DEFAULT_URL = f"https://localhost:{DEFAULT_BIND.rpartition(':')[2]}"
 
 
-class Failed(Exception):
+class Failed(ImexWebhookError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

@@ -13,6 +13,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from webhook.errors import ImexWebhookError
+
 MAX_NAME = 1024  # characters of a NAME argument: namespace/name is at most 317, a group id a little more
 MAX_SHOWN = 300  # characters of one value from the cluster in the text
 MAX_MEMBERS = 100  # member lines shown; the rest are counted
@@ -71,7 +73,7 @@ class DomainWire(TypedDict):
 
 # -- read once ----------------------------------------------------------------------------------------
 
-class AnswerError(ValueError):
+class AnswerError(ImexWebhookError, ValueError):
     """The /inspect answer is not shaped as this version reads it."""
 
 

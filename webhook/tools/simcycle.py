@@ -42,8 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.domain import parsing
-from webhook.domain.errors import DecisionError
 from webhook.domain.model import Pod as DomainPod
+from webhook.errors import DecisionError
 from webhook.sim import cycle
 from webhook.sim.cycle import dra, filters, scoring
 from webhook.sim.cycle import extender as ext

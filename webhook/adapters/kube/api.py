@@ -25,6 +25,8 @@ from kubernetes.client import ApiClient, Configuration
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
+from webhook.errors import ImexWebhookError
+
 Timeout = tuple[float, float]  # (connect, read) seconds; read bounds each wait for bytes, as urllib3 does
 
 # kube-scheduler waits 5 s for an extender call unless configured otherwise (extenders[].httpTimeout).
@@ -45,7 +47,7 @@ def _truncate(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
 
 
-class ApiError(Exception):
+class ApiError(ImexWebhookError):
     """A failed API call. ``status`` is the HTTP status, 0 when no answer came."""
 
     def __init__(self, status: int, reason: str, message: str, timed_out: bool = False) -> None:
@@ -132,7 +134,7 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-class KubeConfigError(Exception):
+class KubeConfigError(ImexWebhookError):
     """No usable credentials: the message says which source was tried and what was wrong."""
 
 

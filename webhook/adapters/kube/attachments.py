@@ -22,7 +22,7 @@ from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, Resource
 from webhook.adapters.kube.watch import SyncFlag
 from webhook.domain import attachments as fa
 from webhook.domain.attachments import Attachment
-from webhook.domain.errors import StoreConflict, WireError
+from webhook.errors import StoreConflict, WireError
 from webhook.state.cluster import ClusterStore
 
 log = logging.getLogger(__name__)

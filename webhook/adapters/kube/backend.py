@@ -35,8 +35,8 @@ from webhook.adapters.kube.node_labels import NodeDomainLabeller
 from webhook.adapters.kube.reservations import DOMAIN_RESERVATIONS, KubeReservationStore
 from webhook.adapters.kube.watch import Sink, Watcher, WatchSettings
 from webhook.domain import parsing
-from webhook.domain.errors import DecisionError, WireError
 from webhook.domain.model import Pod
+from webhook.errors import DecisionError, WireError
 from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Binder

@@ -34,7 +34,7 @@ from webhook.adapters.kube.api import (
 )
 from webhook.adapters.kube.watch import Watcher, WatchSettings
 from webhook.domain import attachments as fa
-from webhook.domain.errors import WireError
+from webhook.errors import WireError
 
 log = logging.getLogger(__name__)
 

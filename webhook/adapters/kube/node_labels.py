@@ -37,9 +37,9 @@ from prometheus_client import Counter
 from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, Resource
 from webhook.adapters.kube.watch import Sink
 from webhook.domain import node_labels
-from webhook.domain.errors import WireError
 from webhook.domain.node_labels import LabelState
 from webhook.domain.policy import Policy
+from webhook.errors import WireError
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from typing import Any
 
 from webhook.adapters.kube.api import Api, ApiError, Resource, Timeout
 from webhook.adapters.kube.watch import SyncFlag
-from webhook.domain.errors import DecisionError, StoreConflict
 from webhook.domain.model import Reservation
+from webhook.errors import DecisionError, StoreConflict
 from webhook.state.reservations import Arbiter, DomainFull
 
 log = logging.getLogger(__name__)

@@ -42,6 +42,7 @@ import orjson
 import urllib3
 
 from webhook.adapters.kube.api import Api, ApiError, Resource
+from webhook.errors import ImexWebhookError
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class WatchSettings:
     clock: Callable[[], float] = time.monotonic
 
 
-class _Gone(Exception):
+class _Gone(ImexWebhookError):
     """410: our resourceVersion is older than the history the API server keeps; only a relist helps."""
 
 

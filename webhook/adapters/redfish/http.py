@@ -32,11 +32,12 @@ from webhook.adapters.redfish.auth import (
     offers_no_sessions,
 )
 from webhook.adapters.redfish.payloads import FabricError
+from webhook.errors import ImexWebhookError
 
 log = logging.getLogger("imex_webhook.fabric")
 
 
-class Transport(Exception):
+class Transport(ImexWebhookError):
     """No reply (refused, reset, timed out, or the deadline passed): the request may or may not have landed."""
 
     def __init__(self, text: str, deadline: bool = False) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from webhook.domain.attachments import Block
+from webhook.errors import ImexWebhookError
 
 MAX_TEXT = 256  # bodies and messages quoted in errors are cut to this many characters
 IN_USE = "ResourceBlockInUse"
@@ -23,7 +24,7 @@ RUNNING_TASK_STATES = frozenset({"New", "Starting", "Running", "Pending", "Suspe
 FAILED_TASK_STATES = frozenset({"Exception", "Killed", "Cancelled"})
 
 
-class FabricError(Exception):
+class FabricError(ImexWebhookError):
     """A fabric operation that did not succeed, in words an operator can act on.
 
     ``message_ids`` are the Redfish MessageIds the service sent (e.g. ``Composition.1.1.ResourceBlockInUse``);

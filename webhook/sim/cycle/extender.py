@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from webhook.errors import ImexWebhookError
 from webhook.sim.cycle.cluster import NodeInfo, node_info
 from webhook.sim.cycle.config import ExtenderConfig
 from webhook.sim.cycle.model import Pod, parse_node
@@ -40,7 +41,7 @@ class Extender(Protocol):
     def preempt(self, args: dict[str, Any]) -> Any: ...
 
 
-class ExtenderCallFailed(Exception):
+class ExtenderCallFailed(ImexWebhookError):
     """The call produced no decodable 200 reply; ``str()`` is what kube-scheduler reports."""
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from webhook.errors import ImexWebhookError
+
 DEMO_ZONE = "pcie-pool-1"
 DEMO_SYSTEMS = ("fab-00", "fab-01", "fab-02", "fab-03")
 DEMO_SLOTS = 4
@@ -38,7 +40,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class InventoryError(ValueError):
+class InventoryError(ImexWebhookError, ValueError):
     """An inventory that cannot be used; the message names the key and the problem."""
 
 

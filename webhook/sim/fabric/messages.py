@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.errors import ImexWebhookError
+
 BASE = "Base.1.22"
 COMPOSITION = "Composition.1.1"
 TASK_EVENT = "TaskEvent.1.0"
@@ -135,7 +137,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class RedfishError(Exception):
+class RedfishError(ImexWebhookError):
     """A refused request: the HTTP status and the registry messages that say why."""
 
     def __init__(self, status: int, *messages: dict[str, Any], headers: dict[str, str] | None = None) -> None:

@@ -1,4 +1,10 @@
-"""The project's own error tree.
+"""The project's own error tree: every exception raised on purpose, in every package (the extender, the
+node agent, the simulators, the tools, ``certs``), derives from ``ImexWebhookError``, so a caller can tell
+"we refused this, with a message for a person" from a bug. Errors that carry a library's meaning as well
+(``ValueError`` for bad input) derive from both. Only imitations of another library's errors (the fake
+pynvml's ``NVMLError``) keep that library's shape instead.
+
+This module imports nothing of the project, so every layer, down to the wire codecs, may raise these.
 
 - ``WireError``: a request or object that is malformed; carries the JSON path of the offending field.
   The HTTP layer turns it into a 400 JSON body, never a 500.
