@@ -110,12 +110,12 @@ def render_kustomize(namespace: str, ca_cert_pem: bytes, scheduler_client: issue
     }
 
 
-def build_parser(prog: str = "python -m certs") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Create a CA, a serving certificate for the imex-webhook Service and the scheduler's "
-                    "client certificate.",
-    )
+DESCRIPTION = ("Create a CA, a serving certificate for the imex-webhook Service and the scheduler's client "
+               "certificate.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m certs``, also those of ``imex-webhook certs`` (which adds its own)."""
     parser.add_argument("--service", required=True, type=_label, help="Service name, e.g. imex-webhook")
     parser.add_argument("--namespace", required=True, type=_label, help="namespace of the Service")
     parser.add_argument("--out", required=True, type=Path, help="directory for ca.crt, tls.crt, tls.key")
@@ -125,10 +125,10 @@ def build_parser(prog: str = "python -m certs") -> argparse.ArgumentParser:
     )
     parser.add_argument("--key-type", choices=issue.KEY_TYPES, default="ec", help="default: ec (P-256)")
     parser.add_argument("--rsa-bits", type=int, choices=issue.RSA_KEY_SIZES, default=issue.DEFAULT_RSA_BITS)
-    parser.add_argument(
-        "--days", type=_days, default=issue.SERVING_DAYS, help="serving certificate validity (default: 365)"
-    )
-    parser.add_argument("--ca-days", type=_days, default=issue.CA_DAYS, help="CA validity (default: 3650)")
+    parser.add_argument("--days", type=_days, default=issue.SERVING_DAYS,
+                        help="serving certificate validity in days (default: %(default)s)")
+    parser.add_argument("--ca-days", type=_days, default=issue.CA_DAYS,
+                        help="CA validity in days (default: %(default)s)")
     parser.add_argument(
         "--reuse-ca",
         action="store_true",
@@ -140,32 +140,35 @@ def build_parser(prog: str = "python -m certs") -> argparse.ArgumentParser:
              "e.g. kube-apiserver for its AdmissionConfiguration; repeatable",
     )
     parser.add_argument("--kustomize", type=Path, metavar="DIR", help="also write a kustomize Component here")
+
+
+def build_parser(prog: str = "python -m certs") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    add_arguments(parser)
     return parser
 
 
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    prog: str = "python -m certs",
-    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-    after: Callable[[argparse.Namespace], None] | None = None,
-) -> int:
-    """``add_arguments`` and ``after`` let a wrapping command (``imex-webhook certs``) add its own flags
-    and act on the written files, under its own program name, with one parse and one --help."""
-    parser = build_parser(prog)
-    if add_arguments is not None:
-        add_arguments(parser)
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m certs``."""
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help; return it instead
         return e.code if isinstance(e.code, int) else 2
+    return run(args, parser.prog)
+
+
+def run(args: argparse.Namespace, prog: str = "python -m certs",
+        after: Callable[[argparse.Namespace], None] | None = None) -> int:
+    """Write what the parsed flags ask for; ``after`` lets a wrapping command (``imex-webhook certs``) act
+    on the written files. A failure is one line under ``prog``, exit status 1."""
     try:
         code = _run(args)
         if code == 0 and after is not None:
             after(args)
         return code
     except (issue.CertError, OSError) as e:
-        print(f"{parser.prog}: error: {_describe(e)}", file=sys.stderr)
+        print(f"{prog}: error: {_describe(e)}", file=sys.stderr)
         return 1
 
 

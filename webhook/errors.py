@@ -33,3 +33,18 @@ class DecisionError(ImexWebhookError):
 
 class StoreConflict(ImexWebhookError):
     """Someone else changed the object since we read it."""
+
+
+class SettingsError(ImexWebhookError, ValueError):
+    """A command line, or an input it names, that a command cannot start with; the message is one line
+    naming the flag. ``serve`` and ``agent`` exit with status 2 on it."""
+
+
+class NodeApiError(ImexWebhookError):
+    """A call through the node agent's port to the API server failed (``webhook.agent.ports``): ``status``
+    is the HTTP status, 0 when no answer came. Defined here, below every layer, because the adapter that
+    raises it may not import the agent."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status

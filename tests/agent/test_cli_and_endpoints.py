@@ -1,4 +1,4 @@
-"""``imex-webhook agent`` as a command (``webhook.agent.cli.main``) and its endpoints.
+"""``imex-webhook agent`` as a command (``webhook.cli.main(["agent", ...])``) and its endpoints.
 
 Covered: ``--once --dry-run`` prints the node patch and the hot-add it would make and changes nothing;
 ``--once`` patches the Node once and a second run finds nothing to change; a scenario without an API server runs on an
@@ -22,21 +22,29 @@ import yaml
 
 from tests.agent.conftest import Make, scenario_path
 from tests.kubefake import KubeFake
-from webhook.agent import cli, inventory
+from webhook import cli
+from webhook.agent import inventory
 from webhook.agent.loop import Agent
 from webhook.agent.server import ProbeServer, create_app
 from webhook.agent.settings import from_args
-from webhook.domain import attachments as fa
 from webhook.domain import keys
+from webhook.service import logs
 from webhook.sim.agents import MemoryNodeApi
+from webhook.wire import fabric_attachment as fa
 
 NODE = "gb200-rack1-tray3"
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
 
 
+@pytest.fixture(autouse=True)
+def logging_left_to_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command would point the root logger at this test's captured stdout, for every later test."""
+    monkeypatch.setattr(logs, "configure", lambda fmt, level: None)
+
+
 def _args(kubeconfig: Path, *extra: str) -> list[str]:
-    return ["--node", NODE, "--kubeconfig", str(kubeconfig), "--nvml-sim", str(scenario_path("nvl72-tray")),
-            "--listen", "none", "--log-level", "warning", *extra]
+    return ["agent", "--node", NODE, "--kubeconfig", str(kubeconfig), "--nvml-sim",
+            str(scenario_path("nvl72-tray")), "--listen", "none", "--log-level", "warning", *extra]
 
 
 @pytest.fixture
@@ -86,8 +94,8 @@ def test_once_fails_with_one_line_when_the_node_does_not_exist(kube_fake: KubeFa
 
 
 def test_a_simulation_without_an_api_server_runs_on_an_in_memory_node(capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["--node", "n1", "--nvml-sim", str(scenario_path("hgx-zero-uuid")), "--once", "--dry-run",
-                     "--listen", "none", "--log-level", "warning"])
+    code = cli.main(["agent", "--node", "n1", "--nvml-sim", str(scenario_path("hgx-zero-uuid")), "--once",
+                     "--dry-run", "--listen", "none", "--log-level", "warning"])
 
     assert code == 0
     line = json.loads(capsys.readouterr().out.splitlines()[0])
@@ -106,7 +114,7 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str], message: str, monkeypat
                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
 
-    assert cli.main(argv) == 2
+    assert cli.main(["agent", *argv]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -114,7 +122,7 @@ def test_a_broken_scenario_exits_1_naming_the_field(tmp_path: Path, capsys: pyte
     bad = tmp_path / "bad.yaml"
     bad.write_text("gpus:\n  - {uuid: GPU-1, pci: '0000:01:00.0', hotplug: sometimes}\n")
 
-    assert cli.main(["--node", "n", "--nvml-sim", str(bad), "--once", "--listen", "none"]) == 1
+    assert cli.main(["agent", "--node", "n", "--nvml-sim", str(bad), "--once", "--listen", "none"]) == 1
     assert "gpus[0].hotplug: expected present, pending or never, got 'sometimes'" in capsys.readouterr().err
 
 
@@ -177,11 +185,12 @@ def test_the_endpoints_are_served_over_http(simulate: Make) -> None:
 
 
 def test_the_endpoints_listen_on_loopback_unless_told_otherwise() -> None:
-    parsed = cli.parser().parse_args(["--node", "n1"])
+    def listen(*argv: str) -> str:
+        return from_args(cli.parser().parse_args(["agent", "--node", "n1", *argv])).listen
 
-    assert from_args(parsed).listen == "127.0.0.1:8081"
-    assert from_args(cli.parser().parse_args(["--node", "n1", "--listen", "0.0.0.0:9000"])).listen == "0.0.0.0:9000"
-    assert from_args(cli.parser().parse_args(["--node", "n1", "--listen", "none"])).listen == ""
+    assert listen() == "127.0.0.1:8081"
+    assert listen("--listen", "0.0.0.0:9000") == "0.0.0.0:9000"
+    assert listen("--listen", "none") == ""
 
 
 def test_the_daemonset_listens_where_its_probes_and_prometheus_knock() -> None:

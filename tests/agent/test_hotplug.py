@@ -16,8 +16,8 @@ import dataclasses
 from tests.agent.conftest import Make, Simulated
 from webhook.agent import hotplug
 from webhook.domain import keys
-from webhook.domain.attachments import READY_CONDITION, Attachment, Block, Phase
 from webhook.sim.agents import MemoryNodeApi
+from webhook.wire.fabric_attachment import READY_CONDITION, Attachment, Block, Phase
 
 C1 = ("GPU-8a000000-0000-4000-8000-0000000000c1", "0000:c1:00.0")
 C2 = ("GPU-8a000000-0000-4000-8000-0000000000c2", "0000:c2:00.0")

@@ -16,7 +16,7 @@ from tests.agent.conftest import Make
 from webhook.agent import inventory
 from webhook.agent.model import Gpu
 from webhook.domain import keys
-from webhook.domain.attachments import Attachment, Block, Phase
+from webhook.wire.fabric_attachment import Attachment, Block, Phase
 
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
 

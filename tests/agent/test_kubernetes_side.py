@@ -25,11 +25,12 @@ import pytest
 from tests.agent.conftest import FAST, Make, Simulated
 from tests.kubefake import KINDS, KubeFake, eventually
 from webhook.adapters.kube import node_agent as kube_agent
-from webhook.adapters.kube.watch import WatchSettings
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.agent import hotplug, inventory, release
 from webhook.agent.loop import Agent
-from webhook.domain import attachments as fa
+from webhook.agent.ports import NodeApiError
 from webhook.domain import keys
+from webhook.wire import fabric_attachment as fa
 
 NODE = "cdi-node-01"
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
@@ -243,3 +244,49 @@ def test_a_watched_release_is_refused_while_a_process_holds_the_device_then_comp
             runner.join(5)
     assert not node.host.present(C1[1]) and not node.host.present(C2[1])
     assert node.sim.violations == []
+
+
+def test_failed_calls_reach_the_agent_as_the_ports_error_with_the_http_status(
+        cluster: KubeFake, connect: Any, tmp_path: Path) -> None:
+    with pytest.raises(NodeApiError) as missing:
+        connect("no-such-node").read_node()
+    assert missing.value.status == 404 and "no-such-node" in str(missing.value)
+    assert connect().read_attachment("fa-none") is None  # a 404 there means "no such attachment"
+
+    config = cluster.write_kubeconfig(tmp_path / "unreachable")
+    config.write_text(config.read_text().replace(cluster.url, "http://127.0.0.1:1"))
+    unreachable = kube_agent.connect(NODE, str(config), False)
+    try:
+        for call in (unreachable.read_node, unreachable.refresh_device_plugin, unreachable.attachments,
+                     lambda: unreachable.patch_node({})):
+            with pytest.raises(NodeApiError) as raised:
+                call()
+            assert raised.value.status == 0
+    finally:
+        unreachable.stop()
+
+
+def test_a_pass_that_cannot_reach_the_api_server_says_so_and_the_next_one_tries_again(
+        cluster: KubeFake, connect: Any, simulate: Make, tmp_path: Path) -> None:
+    config = cluster.write_kubeconfig(tmp_path / "unreachable")
+    config.write_text(config.read_text().replace(cluster.url, "http://127.0.0.1:1"))
+    api = kube_agent.connect(NODE, str(config), False)
+    try:
+        agent = _agent(simulate("nvl72-tray"), api)
+        agent.pass_once()
+        ok, why = agent.api_ok
+        assert not ok and "Unreachable" in why and agent.passes == 0
+    finally:
+        api.stop()
+
+
+def test_an_attachment_moved_to_another_node_leaves_the_agents_cache(cluster: KubeFake, connect: Any) -> None:
+    _put(cluster, _attachment("fa-moving", NODE, fa.Phase.ATTACHED, C1))
+    api = connect()
+    api.start(lambda: None)
+    eventually(lambda: [a.name for a in api.attachments()] == ["fa-moving"], what="the agent sees its attachment")
+
+    cluster.patch("fabricattachments", None, "fa-moving", {"metadata": {"labels": {fa.NODE_LABEL: "other-node"}},
+                                                             "spec": {"node": "other-node"}})
+
+    eventually(lambda: api.attachments() == [], what="the attachment left this node's cache")

@@ -18,7 +18,7 @@ import pytest
 from tests.agent.conftest import Make, Simulated
 from webhook.agent import release
 from webhook.agent.sysfs import Host
-from webhook.domain.attachments import RELEASED_CONDITION, Attachment, Block, Phase
+from webhook.wire.fabric_attachment import RELEASED_CONDITION, Attachment, Block, Phase
 
 C1 = ("GPU-9b000000-0000-4000-8000-0000000000c1", "0000:c1:00.0")
 C2 = ("GPU-9b000000-0000-4000-8000-0000000000c2", "0000:c2:00.0")

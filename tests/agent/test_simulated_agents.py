@@ -19,8 +19,8 @@ import pytest
 from webhook.agent import inventory
 from webhook.demo import cluster as demo
 from webhook.domain import keys
-from webhook.domain.attachments import Attachment, Block, Phase
 from webhook.sim.agents import SimulatedNodeAgents
+from webhook.wire.fabric_attachment import Attachment, Block, Phase
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ from tests.kube.conftest import Connect
 from tests.kube.test_reservation_races import at_once
 from tests.kubefake import KINDS, KubeFake
 from webhook.adapters.kube.backend import KubeBackend
-from webhook.adapters.kube.watch import WatchSettings
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError

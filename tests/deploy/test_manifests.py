@@ -17,9 +17,10 @@ import yaml
 
 from certs import cli as certs_cli
 from certs import issue
-from webhook.domain import attachments, keys
+from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.service import deploy, settings
+from webhook.wire import fabric_attachment as attachments
 
 MANIFESTS = Path(__file__).parents[2] / "manifests"
 K8S_VERSION = "1.34.0"
@@ -78,12 +79,13 @@ def test_the_scheduler_config_map_is_the_rendered_source_of_truth() -> None:
 
 def test_the_extender_verbs_are_routes_serve_answers_with_post() -> None:
     from webhook.adapters import embedded
+    from webhook.demo import cluster as demo
     from webhook.http.app import create_app
     from webhook.state.cluster import ClusterStore
     from webhook.state.engine import Engine
 
     store = ClusterStore(Policy())
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     app = create_app(Engine(store, backend.reservations, backend.binder, Policy()), backend)
     routes = {rule.rule: rule.methods for rule in app.url_map.iter_rules()}
     (extender,) = deploy.scheduler_config()["extenders"]

@@ -19,7 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import builders, serving
 from tests.kubefake import KubeFake, eventually
 from webhook.domain import keys, parsing
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
@@ -30,6 +29,7 @@ from webhook.state.engine import Engine
 from webhook.state.fabric import MemoryAttachmentStore
 from webhook.state.reconciler import Reconciler
 from webhook.state.reservations import MemoryReservationStore
+from webhook.wire.fabric_attachment import Attachment, Phase
 
 NOW = 10_000.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

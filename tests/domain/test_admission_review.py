@@ -20,12 +20,13 @@ from webhook.domain import admission_review
 from webhook.domain.mutating import MutationResult
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
+from webhook.wire import admission
 
 POLICY = Policy()
 
 
-def _admit(body: dict[str, Any]) -> tuple[admission_review.Review, MutationResult]:
-    review = admission_review.parse(body)
+def _admit(body: dict[str, Any]) -> tuple[admission.Review, MutationResult]:
+    review = admission.parse(body)
     snap = support.demo_snapshot()
     return review, admission_review.admit(review, snap.catalog, snap.nodes, POLICY)
 
@@ -67,7 +68,7 @@ REVIEW = "create-job-pod-generate-name.json"
 ])
 def test_a_malformed_review_is_a_wire_error_naming_the_field(body: Any, field: str) -> None:
     with pytest.raises(WireError) as err:
-        admission_review.parse(body)
+        admission.parse(body)
     assert err.value.path == field
 
 
@@ -97,10 +98,10 @@ def test_anything_but_a_pod_create_is_allowed_unchanged(fixture: str) -> None:
 def test_a_create_of_another_resource_or_subresource_is_not_a_pod_create() -> None:
     body = support.review(REVIEW)
     body["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
-    assert not admission_review.parse(body).is_pod_create
+    assert not admission.parse(body).is_pod_create
     body = support.review(REVIEW)
     body["request"]["subResource"] = "binding"
-    assert not admission_review.parse(body).is_pod_create
+    assert not admission.parse(body).is_pod_create
 
 
 def test_dry_run_gives_the_same_verdict_and_patch() -> None:
@@ -119,7 +120,7 @@ def test_the_reply_echoes_the_uid_and_carries_a_base64_json_patch() -> None:
     assert response["uid"] == "7c2d5e1a-9b3f-4d6e-8a21-3f5c7b9d1e02"
     assert response["allowed"] is True and response["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["patch"])) == list(result.patch)
-    assert admission_review.decode_patch(response) == list(result.patch)
+    assert admission.decode_patch(response) == list(result.patch)
     assert "status" not in response and "warnings" not in response
 
 
@@ -141,7 +142,7 @@ def test_warnings_are_returned_with_the_patch() -> None:
 
 
 def test_an_internal_error_denies_a_possible_group_pod_with_a_short_message_and_code_500() -> None:
-    review = admission_review.parse(support.review(REVIEW))
+    review = admission.parse(support.review(REVIEW))
     result = admission_review.internal_error(review, RuntimeError("boom"))
     assert (result.allowed, result.patch, result.outcome, result.reason) == (False, (), "error", "internal")
     assert "RuntimeError" in result.message and len(result.message) <= 200
@@ -151,7 +152,7 @@ def test_an_internal_error_denies_a_possible_group_pod_with_a_short_message_and_
 
 @pytest.mark.parametrize("fixture", ["create-plain-pod.json", "update-pod.json", "delete-pod.json"])
 def test_an_internal_error_on_a_pod_that_cannot_be_in_a_group_admits_it(fixture: str) -> None:
-    review = admission_review.parse(support.review(fixture))
+    review = admission.parse(support.review(fixture))
     result = admission_review.internal_error(review, RuntimeError("boom"))
     assert (result.allowed, result.patch, result.outcome, result.reason) == (True, (), "error", "internal")
 
@@ -162,8 +163,8 @@ def test_an_internal_error_on_a_pod_that_cannot_be_in_a_group_admits_it(fixture:
     ("delete-pod.json", "ml/train-8-0"),
 ])
 def test_the_pod_reference_for_logs_shows_generate_name_before_the_name_exists(fixture: str, ref: str) -> None:
-    assert admission_review.parse(support.review(fixture)).pod_ref == ref
+    assert admission.parse(support.review(fixture)).pod_ref == ref
 
 
 def test_decode_patch_is_empty_without_a_patch() -> None:
-    assert admission_review.decode_patch({"uid": "u", "allowed": True}) == []
+    assert admission.decode_patch({"uid": "u", "allowed": True}) == []

@@ -10,8 +10,8 @@ import pytest
 
 from tests import builders
 from webhook.domain import parsing
-from webhook.domain.attachments import Attachment, Block, Condition, Phase
 from webhook.domain.fabric_plan import Act, Timeouts, plan
+from webhook.wire.fabric_attachment import Attachment, Block, Condition, Phase
 
 NOW = 10_000.0
 T = Timeouts(attach=120, release=300, orphan_grace=60)

@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import grouping, keys, limits, parsing
-from webhook.domain.limits import GROUP_NAME_MAX, NAME_MAX, redact_url, redact_urls, shown
+from webhook.domain import grouping, keys, parsing
+from webhook.domain.limits import GROUP_NAME_MAX, redact_url, redact_urls
 from webhook.domain.model import Catalog
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
 from webhook.service.settings import Settings
+from webhook.wire.fields import NAME_MAX
+from webhook.wire.text import clip, shown
 
 
 def _pod(**meta: Any) -> dict[str, Any]:
@@ -151,4 +153,4 @@ def test_the_start_up_settings_never_show_the_fabric_password() -> None:
 
 
 def test_text_is_cut_visibly() -> None:
-    assert limits.cut("x" * 10, 5) == "xx..." and limits.cut("abc", 5) == "abc"
+    assert clip("x" * 10, 5) == "xx..." and clip("abc", 5) == "abc"

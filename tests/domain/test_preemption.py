@@ -14,10 +14,10 @@ import pytest
 from tests import builders
 from webhook.demo import cluster as demo
 from webhook.domain import keys, parsing, preemption
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
+from webhook.wire.fabric_attachment import Attachment, Phase
 
 POLICY = Policy()
 A, B = "aaaa-1111.7", "bbbb-2222.7"  # rack A: 4 trays, rack B: 8 trays, 4 GPUs each

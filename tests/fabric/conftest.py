@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +24,7 @@ AUTH = ("admin", "admin")
 BLOCKS = "/redfish/v1/CompositionService/ResourceBlocks"
 SYSTEMS = "/redfish/v1/Systems"
 SESSIONS = "/redfish/v1/SessionService/Sessions"
+FABRIC_SIM = (sys.executable, "-m", "webhook.sim.fabric")  # the fabric-sim command, as a subprocess
 
 
 def inventory(**options: Any) -> inv.Inventory:
@@ -125,3 +132,38 @@ def client(sim: Sim) -> Iterator[RedfishClient]:
     c = sim.client()
     yield c
     c.close()
+
+
+@dataclass
+class SimCommand:
+    """The fabric-sim command running in a subprocess, and the first line it printed."""
+
+    process: subprocess.Popen[str]
+    line: str
+    stderr: Path
+
+    def explain(self) -> str:
+        """For a failed assertion: the first stdout line and everything on stderr so far."""
+        return self.line + self.stderr.read_text()
+
+
+@contextlib.contextmanager
+def fabric_sim_command(tmp_path: Path, *args: str) -> Iterator[SimCommand]:
+    """``FABRIC_SIM args`` until the block ends (SIGTERM, else SIGKILL after 15 s), its stderr in tmp_path."""
+    stderr = tmp_path / "stderr.log"
+    with stderr.open("w") as log:
+        proc = subprocess.Popen([*FABRIC_SIM, *args], stdout=subprocess.PIPE, stderr=log, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout is not None
+        yield SimCommand(proc, proc.stdout.readline(), stderr)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fabric.conftest import AUTH, BLOCKS, SYSTEMS, Sim, deadline, inventory
+from tests.fabric.conftest import AUTH, BLOCKS, FABRIC_SIM, SYSTEMS, Sim, deadline, fabric_sim_command, inventory
 from webhook.sim.fabric import server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,34 +44,22 @@ def test_the_fabric_sim_command_serves_until_terminated(tmp_path: Path) -> None:
     inv_file = tmp_path / "inventory.yaml"
     inv_file.write_text("zones: [{id: z}]\nsystems: [{id: n-0, zone: z}]\nblocks: [{id: g-0, zone: z}]\n"
                         "credentials: {username: ops, password: s3cret}\n")
-    cmd = [sys.executable, "-m", "webhook.sim.fabric", "--bind", "127.0.0.1:0", "--inventory", str(inv_file),
-           "--tls-dir", str(tmp_path / "tls")]
-    with (tmp_path / "stderr.log").open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.search(r"serving (https://\S+) \(trust (\S+)\)", line)
-        assert match, line + (tmp_path / "stderr.log").read_text()
+    with fabric_sim_command(tmp_path, "--bind", "127.0.0.1:0", "--inventory", str(inv_file),
+                            "--tls-dir", str(tmp_path / "tls")) as command:
+        match = re.search(r"serving (https://\S+) \(trust (\S+)\)", command.line)
+        assert match, command.explain()
         url, ca = match.groups()
         assert requests.get(url + "/redfish/v1/", verify=ca, timeout=10).status_code == 200
         block = requests.get(f"{url}{BLOCKS}/g-0", auth=("ops", "s3cret"), verify=ca, timeout=10)
         assert block.json()["CompositionStatus"]["CompositionState"] == "Unused"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        command.process.send_signal(signal.SIGTERM)
+        assert command.process.wait(timeout=15) == 0
 
 
 def test_the_fabric_sim_command_rejects_a_bad_inventory_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("zones: [{id: z}]\nblocks: [{id: g, zone: nowhere}]\n")
-    done = subprocess.run([sys.executable, "-m", "webhook.sim.fabric", "--inventory", str(bad)],
+    done = subprocess.run([*FABRIC_SIM, "--inventory", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == f"imex-webhook fabric-sim: {bad}: blocks[0].zone: unknown zone 'nowhere'"

@@ -5,10 +5,8 @@ session limit, hostile login bodies, and many clients logging in at once."""
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fabric.conftest import AUTH, SESSIONS, SYSTEMS, FakeClock, Sim, inventory
+from tests.fabric.conftest import AUTH, FABRIC_SIM, SESSIONS, SYSTEMS, FakeClock, Sim, fabric_sim_command, inventory
 from webhook.sim.fabric.compose import Simulator
 
 SERVICE = "/redfish/v1/SessionService"
@@ -192,25 +190,14 @@ def test_methods_a_session_resource_does_not_take_get_405_with_allow(sim: Sim) -
 
 
 def test_the_fabric_sim_command_can_refuse_basic_and_set_the_timeout(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "webhook.sim.fabric", "--bind", "127.0.0.1:0", "--no-basic-auth",
-           "--session-timeout", "90"]
-    with (tmp_path / "stderr.log").open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        url = re.search(r"serving (http://\S+);", line)
-        assert url and line.rstrip().endswith("; Redfish sessions"), line + (tmp_path / "stderr.log").read_text()
+    args = ("--bind", "127.0.0.1:0", "--no-basic-auth", "--session-timeout")
+    with fabric_sim_command(tmp_path, *args, "90") as command:
+        url = re.search(r"serving (http://\S+);", command.line)
+        assert url and command.line.rstrip().endswith("; Redfish sessions"), command.explain()
         assert requests.get(url[1] + SYSTEMS, auth=AUTH, timeout=10).status_code == 401
         token = requests.post(url[1] + SESSIONS, json={"UserName": "admin", "Password": "admin"},
                               timeout=10).headers["X-Auth-Token"]
         service = requests.get(url[1] + SERVICE, headers={"X-Auth-Token": token}, timeout=10).json()
         assert service["SessionTimeout"] == 90
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        if proc.stdout is not None:
-            proc.stdout.close()
-    bad = subprocess.run([*cmd[:-1], "5"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([*FABRIC_SIM, *args, "5"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "session_timeout_s: expected 30..86400 seconds, got 5" in bad.stderr

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
 from tests.fabric.conftest import BLOCKS, SYSTEMS, Sim, deadline, inventory
+from tests.kubefake import eventually
 from webhook.adapters.redfish.client import FabricError, RedfishClient
+from webhook.adapters.redfish.fabric import RedfishFabric
 from webhook.sim.fabric import inventory as inv
 
 A0, A1, B0 = f"{SYSTEMS}/a-0", f"{SYSTEMS}/a-1", f"{SYSTEMS}/b-0"
@@ -49,16 +51,29 @@ def test_free_blocks_are_cached_for_the_refresh_interval(sim: Sim) -> None:
         client.close()
 
 
+class FreeFigures:
+    """The store's side of the inventory feed: every free-per-zone figure it was given."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, int]] = []
+
+    def set_fabric_free(self, free: Mapping[str, int]) -> None:
+        self.seen.append(dict(free))
+
+
 def test_a_background_refresh_keeps_capacity_current_without_blocking_callers(sim: Sim) -> None:
-    with sim.client(refresh_interval=0.05) as client:
-        client.start_refresh()
-        assert client.free_per_zone()["pool-a"] == 4
+    figures = FreeFigures()
+    fabric = RedfishFabric(sim.client(refresh_interval=0.05))
+    try:
+        assert not fabric.ready()[0]
+        fabric.feed(figures, 0.05)  # callers read the figures it stores, never the fabric
+        eventually(lambda: figures.seen, what="the first inventory read")
+        assert figures.seen[0] == {"pool-a": 4, "pool-b": 2} and fabric.ready()[0]
         sim.running.simulator.set_block_state("ga-0", "Unavailable")
-        waited = 0.0
-        while client.free_per_zone()["pool-a"] != 3 and waited < 5:
-            time.sleep(0.05)
-            waited += 0.05
-        assert client.free_per_zone()["pool-a"] == 3 and client.last_refresh_error == ""
+        eventually(lambda: figures.seen[-1]["pool-a"] == 3, what="the refreshed figure")
+        assert figures.seen[-1] == {"pool-a": 3, "pool-b": 2} and fabric.client.last_refresh_error == ""
+    finally:
+        fabric.stop()
 
 
 def test_system_for_prefers_the_annotation_then_the_node_name(client: RedfishClient) -> None:

@@ -20,6 +20,7 @@ from tests.fuzz import strategies
 from tests.fuzz.conftest import RUN
 from tests.fuzz.service import check_reply, counters
 from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
@@ -37,7 +38,7 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_b
 def _app() -> Flask:
     policy = Policy()
     store = ClusterStore(policy)
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     return create_app(Engine(store, backend.reservations, backend.binder, policy), backend)
 

@@ -6,6 +6,7 @@ import pytest
 from flask import Flask
 
 from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
@@ -17,7 +18,7 @@ def demo_app() -> Flask:
     """A fresh app (own metrics registry, own reservations) on the built-in demo topology; no TLS."""
     policy = Policy()
     store = ClusterStore(policy)
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     engine = Engine(store, backend.reservations, backend.binder, policy)
     return create_app(engine, backend)

@@ -16,6 +16,7 @@ from werkzeug.test import EnvironBuilder
 
 from tests import admission_support, serving
 from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
 from webhook.http import extender
@@ -29,7 +30,7 @@ Reply = tuple[str, list[tuple[str, str]], bytes]
 def _app(max_body: int = 64 * 1024 * 1024) -> Flask:
     policy = Policy()
     store = ClusterStore(policy)
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     return create_app(Engine(store, backend.reservations, backend.binder, policy), backend, max_body=max_body)
 

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import serving
 from webhook.adapters import embedded
+from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
@@ -161,7 +162,7 @@ def test_the_app_refuses_a_chunked_body_past_its_limit_behind_any_server() -> No
     # body up to the limit and silently serve the valid document it starts with.
     policy = Policy()
     store = ClusterStore(policy)
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     app = create_app(Engine(store, backend.reservations, backend.binder, policy), backend, max_body=LIMIT)
     client = app.test_client()
@@ -223,6 +224,8 @@ def test_fabric_url_credentials_reach_neither_the_log_nor_readyz(tmp_path: Path)
     (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n", "filter"),
     (b"POST //bind?x=1 HTTP/1.1\r\n", "bind"),
     (b"GET /nope HTTP/1.1\r\n", "other"),
+    (b"GET /inspect?x=" + b"y" * 5000, "inspect"),  # a request line cut short at the parser's limit
+    (b"GET /filter" + b"y" * 5000, "other"),  # cut inside the path: not a route
     (b"\x16\x03\x01 not http at all", "other"),
     (b"", "other"),
 ])

@@ -28,6 +28,7 @@ from flask.testing import FlaskClient
 from tests import admission_support as support
 from webhook.demo import cluster as demo
 from webhook.domain import admission_review, keys, mutating
+from webhook.wire import admission
 
 CREATES = support.fixture_names("create-")
 DENIED = {"create-two-compute-domains.json", "create-annotation-contradicts.json",
@@ -82,7 +83,7 @@ def test_a_job_pod_with_generate_name_gets_the_compute_domain_group(client: Flas
     review = support.review("create-job-pod-generate-name.json")
     assert "name" not in review["request"] and "uid" not in review["request"]["object"]["metadata"]
     _, body = _post(client, review)
-    patched = support.apply(review["request"]["object"], admission_review.decode_patch(body["response"]))
+    patched = support.apply(review["request"]["object"], admission.decode_patch(body["response"]))
     cd = demo.uid("cd", "ml", "train-8")
     assert patched["metadata"]["annotations"][mutating.GROUP_ID_ANNOTATION] == f"cd:{cd}"
     assert patched["metadata"]["annotations"][keys.GROUP_SIZE_ANNOTATION] == "8"
@@ -104,7 +105,7 @@ def test_an_unknown_template_sends_the_pod_to_the_imex_scheduler_with_a_warning(
     assert response["allowed"] is True and response["patchType"] == "JSONPatch"
     assert any("fresh-cd-channel" in w for w in response["warnings"])
     assert any("resolves it at scheduling time" in w for w in response["warnings"])
-    patched = support.apply(review["request"]["object"], admission_review.decode_patch(response))
+    patched = support.apply(review["request"]["object"], admission.decode_patch(response))
     assert patched["spec"]["schedulerName"] == "imex-scheduler"
     assert patched["metadata"]["annotations"][keys.MUTATED_ANNOTATION] == mutating.MUTATED_MARKER
     again = _again(client, review, patched)

@@ -14,7 +14,7 @@ import pytest
 
 from tests.kubefake import KubeFake, eventually, kube_fake, kubeconfig
 from webhook.adapters.kube import backend as kube
-from webhook.adapters.kube.watch import WatchSettings
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
 
@@ -54,3 +54,11 @@ def backend(connect_backend: Connect) -> kube.KubeBackend:
 @pytest.fixture
 def fake(kube_fake: KubeFake) -> KubeFake:
     return kube_fake
+
+
+@pytest.fixture
+def api(fake: KubeFake, kubeconfig: Path) -> Iterator[kube.Api]:
+    """The raw API client of a backend that is never started: for the stores and the Lease on their own."""
+    backend = kube.connect(str(kubeconfig), False, ClusterStore(Policy()), "test")
+    yield backend._api
+    backend.stop()

@@ -1,33 +1,24 @@
 """FabricAttachments in the API server (through the fake, over HTTP, with the official client's
 connection pool): the watch-fed cache mirrors them into the ClusterStore, status goes through the
-/status subresource guarded by resourceVersion, delete drops the finalizer; and the Lease elects one
-reconciler at a time and hands over when the holder stops renewing."""
+/status subresource guarded by resourceVersion, delete drops the finalizer."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube import attachments as kube_attachments
 from webhook.adapters.kube import backend as kube
+from webhook.adapters.kube.resources import FABRIC_ATTACHMENTS
 from webhook.adapters.kube.watch import Watcher
-from webhook.domain import attachments as fa
-from webhook.domain.attachments import Block, Phase
 from webhook.domain.policy import Policy
 from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
-
-
-@pytest.fixture
-def api(fake: KubeFake, kubeconfig: Path) -> Iterator[kube.Api]:
-    backend = kube.connect(str(kubeconfig), False, ClusterStore(Policy()), "test")
-    yield backend._api
-    backend.stop()
+from webhook.wire import fabric_attachment as fa
+from webhook.wire.fabric_attachment import Block, Phase
 
 
 def _att(uid: str = "pod-uid-1") -> fa.Attachment:
@@ -40,7 +31,7 @@ def test_created_attachments_carry_their_status_and_reach_the_cluster_store(api:
     cluster = ClusterStore(Policy())
     store = kube_attachments.KubeAttachmentStore(api, cluster)
     stopping = threading.Event()
-    watcher = Watcher(api, kube_attachments.FABRIC_ATTACHMENTS, store, stopping)
+    watcher = Watcher(api, FABRIC_ATTACHMENTS, store.cache, stopping)
     watcher.start()
     try:
         eventually(lambda: store.synced)
@@ -72,17 +63,3 @@ def test_a_write_to_the_object_does_not_touch_its_status(api: kube.Api, fake: Ku
     body["metadata"].pop("resourceVersion")
     fake.replace("fabricattachments", body)  # the main resource, not /status
     assert fake.get("fabricattachments", None, created.name)["status"]["phase"] == "Attached"
-
-
-def test_one_replica_leads_and_another_takes_over_when_it_stops_renewing(api: kube.Api) -> None:
-    clock = [1000.0]
-    a = kube_attachments.LeaseLeader(api, "imex-system", "imex-webhook-reconciler", "a", duration=30,
-                                     clock=lambda: clock[0])
-    b = kube_attachments.LeaseLeader(api, "imex-system", "imex-webhook-reconciler", "b", duration=30,
-                                     clock=lambda: clock[0])
-    assert a.is_leader() and not b.is_leader()
-    clock[0] += 25
-    assert a.is_leader() and not b.is_leader()  # a renewed
-    clock[0] += 31  # a stopped renewing; its lease ran out
-    assert b.is_leader()
-    assert not a.is_leader()

@@ -33,7 +33,8 @@ from tests.kubefake import KINDS, KubeFake, eventually
 from webhook.adapters import embedded
 from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, call_timeout, load_configuration
 from webhook.adapters.kube.event_series import BURST, CACHE_SIZE, REFILL, SERIES_WINDOW, Correlator
-from webhook.adapters.kube.events import EVENTS, MAX_QUEUED, NOTE_BYTES, TRIES, EventRecorder, name_prefix
+from webhook.adapters.kube.events import MAX_QUEUED, NOTE_BYTES, TRIES, EventRecorder, name_prefix
+from webhook.adapters.kube.resources import EVENTS
 from webhook.domain import parsing
 from webhook.domain.policy import Policy
 from webhook.http.metrics import Metrics
@@ -352,7 +353,7 @@ def test_a_hung_api_server_fills_the_queue_and_never_holds_up_the_extenders_filt
     backend = embedded.EmbeddedBackend(store, [], "test")
     engine = Engine(store, backend.reservations, backend.binder, Policy(), events=recorder)
     pod = parsing.pod(builders.pod("huge-0", cd="huge"))
-    store.put_pod(pod)
+    embedded.put_pod(store, pod)
     try:
         recorder.record(occ(regarding=CD, related=None))
         eventually(lambda: hold.holding == 1, what="the recorder's first write held by the API server")

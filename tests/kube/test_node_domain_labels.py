@@ -27,7 +27,8 @@ from tests import builders, serving
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube import backend as kube
 from webhook.adapters.kube.api import Api, call_timeout, load_configuration
-from webhook.adapters.kube.node_labels import NODES, LabellerSettings, NodeDomainLabeller
+from webhook.adapters.kube.node_labels import LabellerSettings, NodeDomainLabeller
+from webhook.adapters.kube.resources import NODES
 from webhook.adapters.kube.watch import Watcher
 from webhook.demo import cluster as demo
 from webhook.domain import keys

@@ -35,9 +35,8 @@ import yaml
 from tests import builders
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
-from webhook.adapters.kube import reservations as kube_reservations
 from webhook.adapters.kube.backend import KubeBackend
-from webhook.adapters.kube.reservations import KubeReservationStore, ledger_name, object_name
+from webhook.adapters.kube.reservations import KubeReservationStore
 from webhook.domain import keys
 from webhook.domain.filtering import FilterOutcome
 from webhook.domain.model import Reservation
@@ -45,6 +44,8 @@ from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.http.app import create_app
 from webhook.state.engine import Engine
+from webhook.wire import domain_reservation
+from webhook.wire.domain_reservation import ledger_name, reservation_name
 
 DR = "domainreservations"
 GPUS = 4
@@ -495,14 +496,14 @@ def test_both_shapes_as_the_code_writes_them_match_the_crd() -> None:
     (version,) = crd["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
     res = Reservation("ann:ml/job", "job", "ml", "clique-0.1", 4, 4, False, 1_700_000_000.0, placed_at=1_700_000_001.0)
-    reservation = kube_reservations.to_object(res, "replica-a")
-    ledger = kube_reservations.ledger_object("clique-0.1", [res, Reservation(
+    reservation = domain_reservation.reservation_object(res, "replica-a")
+    ledger = domain_reservation.ledger_object("clique-0.1", [res, Reservation(
         "cd:uid", "train", "ml", "clique-0.1", 2, 4, True, 1_700_000_000.0, holder="replica-b")])
     for obj in (reservation, ledger):
         jsonschema.validate(obj, schema)
-    assert reservation["metadata"]["name"] == object_name("ann:ml/job")
+    assert reservation["metadata"]["name"] == reservation_name("ann:ml/job")
     assert ledger["metadata"]["name"] == ledger_name("clique-0.1")
-    assert kube_reservations.ledger_from_object(ledger).promises["cd:uid"].one_pod_per_node
+    assert domain_reservation.parse_ledger(ledger, Reservation).promises["cd:uid"].one_pod_per_node
     # The rules the API server enforces (CEL): exactly one of the two shapes.
     rules = {r["rule"] for r in schema["properties"]["spec"]["x-kubernetes-validations"]}
     assert rules == {"has(self.groupId) != has(self.promises)", "!has(self.groupId) || has(self.size)"}

@@ -21,9 +21,10 @@ import pytest
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
-from webhook.adapters.kube.reservations import CRD_MISSING, ledger_name, object_name
+from webhook.adapters.kube.reservations import CRD_MISSING
 from webhook.domain.model import Reservation
 from webhook.errors import DecisionError, StoreConflict
+from webhook.wire.domain_reservation import ledger_name, reservation_name
 
 DR = "domainreservations"
 
@@ -42,7 +43,7 @@ def test_reserve_stores_one_object_named_after_the_group(fake: KubeFake, backend
     stored = backend.reservations.reserve(proposal())
 
     (obj,) = reservations(fake)
-    assert obj["metadata"]["name"] == object_name("ann:ml/job-1") and len(obj["metadata"]["name"]) == 34
+    assert obj["metadata"]["name"] == reservation_name("ann:ml/job-1") and len(obj["metadata"]["name"]) == 34
     assert obj["spec"] == {
         "groupId": "ann:ml/job-1", "groupName": "job-1", "namespace": "ml", "domain": "clique-a.1", "size": 8,
         "gpusPerPod": 4, "onePodPerNode": True, "holder": "replica-a", "createdAt": "2023-11-14T22:13:20.250000Z",
@@ -125,7 +126,7 @@ def test_all_answers_from_the_cache(fake: KubeFake, backend: KubeBackend) -> Non
 
 def test_placed_survives_a_stale_resource_version(fake: KubeFake, backend: KubeBackend) -> None:
     stored = backend.reservations.reserve(proposal())
-    name = object_name(stored.group_id)
+    name = reservation_name(stored.group_id)
     # Another writer changes the object; this replica's watch never hears of it (its cache is stale).
     fake.patch(DR, None, name, {"metadata": {"annotations": {"note": "kept"}}}, emit=False)
 
@@ -150,7 +151,7 @@ def test_placed_gives_up_with_store_conflict_when_conflicts_persist(fake: KubeFa
 
 def test_placed_on_a_released_reservation_is_a_store_conflict(fake: KubeFake, backend: KubeBackend) -> None:
     stored = backend.reservations.reserve(proposal())
-    fake.delete(DR, None, object_name(stored.group_id), emit=False)
+    fake.delete(DR, None, reservation_name(stored.group_id), emit=False)
 
     with pytest.raises(StoreConflict, match="is gone"):
         backend.reservations.placed(stored.group_id, 1_700_000_200.0)
@@ -167,7 +168,7 @@ def test_release_deletes_and_already_gone_is_done(fake: KubeFake, backend: KubeB
 
 def test_release_refuses_a_reservation_another_replica_changed(fake: KubeFake, backend: KubeBackend) -> None:
     stored = backend.reservations.reserve(proposal())
-    fake.patch(DR, None, object_name(stored.group_id), {"spec": {"placedAt": "2030-01-01T00:00:00Z"}}, emit=False)
+    fake.patch(DR, None, reservation_name(stored.group_id), {"spec": {"placedAt": "2030-01-01T00:00:00Z"}}, emit=False)
 
     with pytest.raises(StoreConflict, match="Precondition failed"):
         backend.reservations.release(stored.group_id)

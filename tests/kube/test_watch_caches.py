@@ -22,7 +22,7 @@ from tests import builders
 from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend, KubeConfigError, connect
-from webhook.adapters.kube.watch import WatchSettings
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.policy import Policy

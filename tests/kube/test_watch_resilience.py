@@ -25,7 +25,7 @@ from tests import builders
 from tests.kube.conftest import FAST, Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend, connect
-from webhook.adapters.kube.watch import WatchSettings
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.demo import cluster as demo
 from webhook.domain import keys, parsing
 from webhook.domain.policy import Policy

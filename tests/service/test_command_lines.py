@@ -26,7 +26,6 @@ from certs import files, issue
 from tests import serving
 from webhook import cli
 from webhook.service import server
-from webhook.tools import cli as tools_cli
 
 
 @pytest.fixture(autouse=True)
@@ -246,7 +245,7 @@ def test_simulate_refuses_an_out_path_that_is_a_file_before_running(
     blocker = tmp_path / "file"
     blocker.write_text("")
     start = time.monotonic()
-    assert tools_cli.simulate_main(["--out", str(blocker), "--no-plots"]) == 2
+    assert cli.main(["simulate", "--out", str(blocker), "--no-plots"]) == 2
     assert time.monotonic() - start < 5  # nothing was simulated
     assert capsys.readouterr().err.strip() == f"imex-webhook simulate: --out {blocker}: exists and is not a directory"
 
@@ -258,7 +257,7 @@ def test_simulate_without_matplotlib_says_how_to_get_it_or_skip_plots_before_run
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "matplotlib" else real(name, *a))
-    assert tools_cli.simulate_main(["--out", str(tmp_path / "out")]) == 2
+    assert cli.main(["simulate", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "matplotlib" in err and "--no-plots" in err and "pip install" in err
     assert not (tmp_path / "out").exists()
@@ -266,7 +265,7 @@ def test_simulate_without_matplotlib_says_how_to_get_it_or_skip_plots_before_run
 
 def test_simulate_prints_where_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "deep" / "out"
-    code = tools_cli.simulate_main(["--out", str(out), "--cliques", "2", "--jobs", "10", "--fabric-zones", "1",
+    code = cli.main(["simulate", "--out", str(out), "--cliques", "2", "--jobs", "10", "--fabric-zones", "1",
                                     "--policies", "default", "--no-plots"])
     assert code == 0
     printed = capsys.readouterr().out

@@ -1,14 +1,21 @@
-"""``imex-webhook serve`` settings: every validation rule, one row each, and the exit status 2 a refused
-command line gets before anything starts. ``--workers`` above 1 is refused in both modes: each worker would
-hold its own caches and state (Kubernetes mode scales with Deployment replicas, embedded mode with threads)."""
+"""``imex-webhook serve`` settings: every validation rule of ``settings.from_args``, one row each with the
+exact one-line message naming the flag, the edge values each rule still accepts, the defaults (held once, by
+``Settings``), and the exit status 2 a refused command line gets before anything starts. ``--workers`` above
+1 is refused in both modes: each worker would hold its own caches and state (Kubernetes mode scales with
+Deployment replicas, embedded mode with threads)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from webhook import cli
+from webhook import cli, errors
+from webhook.adapters.embedded import DEFAULT_POD_TTL
+from webhook.agent import settings as agent_settings
+from webhook.domain.fabric_plan import Timeouts
+from webhook.domain.policy import MIN_TTL, Policy
 from webhook.service import settings
 
 
@@ -25,60 +32,111 @@ def files(tmp_path: Path) -> dict[str, str]:
     return {"cluster": str(cluster), "kubeconfig": str(kubeconfig), "missing": str(tmp_path / "nope.yaml")}
 
 
+WORKERS_IN_KUBERNETES = (
+    "--workers {n}: Kubernetes mode runs one worker per replica, since each worker would hold its own caches, "
+    "watches and choose-and-record lock; scale with Deployment replicas, which share state through the API "
+    "server (more threads: --threads)")
+WORKERS_EMBEDDED = ("--workers {n}: the embedded cluster lives in one process, since each worker would hold its "
+                    "own copy of it, bindings and reservations; use --threads for concurrency")
+FABRIC_TIMES = "--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative"
+TTL_10 = ("--reservation-ttl 10: reservation TTL 10s is shorter than 360s: pods of a gang wait at Permit up to "
+          "300s (kube-scheduler 1.35+) before they bind, and a reservation that expires meanwhile lets another "
+          "group take the domain")
+LONG_PORT = "127.0.0.1:" + "9" * 40
+FULLWIDTH = "127.0.0.1:\uff18\uff14\uff14\uff13"
+
 REFUSED = [
+    # TLS files
     (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
     (["--tls-key", "k.pem"], "--tls-cert and --tls-key go together"),
-    (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-dir", "d"], "either --tls-cert/--tls-key or --tls-dir"),
-    (["--kubeconfig", "{kubeconfig}", "--in-cluster"], "either --kubeconfig or --in-cluster"),
-    (["--kubeconfig", "{kubeconfig}", "--cluster", "{cluster}"], "--cluster files are for the embedded mode"),
-    (["--in-cluster", "--cluster", "{cluster}"], "--cluster files are for the embedded mode"),
+    (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-dir", "d"],
+     "give either --tls-cert/--tls-key or --tls-dir, not both"),
+    # cluster source
+    (["--kubeconfig", "{kubeconfig}", "--in-cluster"], "give either --kubeconfig or --in-cluster, not both"),
+    (["--kubeconfig", "{kubeconfig}", "--cluster", "{cluster}"],
+     "--cluster files are for the embedded mode; drop them or drop --kubeconfig/--in-cluster"),
+    (["--in-cluster", "--cluster", "{cluster}"],
+     "--cluster files are for the embedded mode; drop them or drop --kubeconfig/--in-cluster"),
+    (["--cluster", "{missing}"], "--cluster {missing}: no such file"),
+    # workers and threads
     (["--workers", "0"], "--workers and --threads must be at least 1"),
     (["--threads", "0"], "--workers and --threads must be at least 1"),
-    (["--kubeconfig", "{kubeconfig}", "--workers", "2"], "--workers 2: Kubernetes mode runs one worker per replica"),
-    (["--in-cluster", "--workers", "4"], "--workers 4: Kubernetes mode runs one worker per replica"),
-    (["--workers", "2"], "--workers 2: the embedded cluster lives in one process"),
-    (["--cluster", "{cluster}", "--workers", "3"], "--workers 3: the embedded cluster lives in one process"),
+    (["--threads", "-3"], "--workers and --threads must be at least 1"),
+    (["--kubeconfig", "{kubeconfig}", "--workers", "2"], WORKERS_IN_KUBERNETES.format(n=2)),
+    (["--in-cluster", "--workers", "4"], WORKERS_IN_KUBERNETES.format(n=4)),
+    (["--workers", "2"], WORKERS_EMBEDDED.format(n=2)),
+    (["--cluster", "{cluster}", "--workers", "3"], WORKERS_EMBEDDED.format(n=3)),
+    # --bind
     (["--bind", "localhost"], "--bind 'localhost': expected HOST:PORT"),
-    (["--bind", "localhost:http"], "expected HOST:PORT"),
-    (["--cluster", "{missing}"], "no such file"),
-    (["--fabric", "redfish"], "--fabric 'redfish': expected a URL"),
-    (["--fabric", "https://bmc:8443"], "--fabric URL needs --fabric-credentials"),
-    (["--housekeeping-interval", "0"], "--housekeeping-interval 0: expected seconds in (0, 3600]"),
-    (["--housekeeping-interval", "3601"], "expected seconds in (0, 3600]"),
-    (["--fabric-refresh", "0"], "--fabric-refresh and --attach-timeout must be positive"),
-    (["--attach-timeout", "-1"], "--fabric-refresh and --attach-timeout must be positive"),
-    (["--orphan-grace", "-1"], "--orphan-grace not negative"),
-    (["--reservation-ttl", "10"], "--reservation-ttl 10: "),
+    (["--bind", "localhost:http"], "--bind 'localhost:http': expected HOST:PORT"),
+    (["--bind", "localhost:"], "--bind 'localhost:': expected HOST:PORT"),
+    (["--bind", FULLWIDTH], f"--bind {FULLWIDTH!r}: expected HOST:PORT"),  # digits, but not ASCII ones
+    (["--bind", "evil\n:http"], "--bind 'evil\\n:http': expected HOST:PORT"),  # the newline stays escaped
     (["--bind", "127.0.0.1:0"], "--bind '127.0.0.1:0': port 0 is out of range (1-65535)"),
-    (["--bind", "127.0.0.1:65536"], "port 65536 is out of range"),
-    (["--bind", "127.0.0.1:" + "9" * 40], "port 999999999999... is out of range"),
-    (["--bind", "127.0.0.1:\uff18\uff14\uff14\uff13"], "expected HOST:PORT"),  # fullwidth digits
+    (["--bind", "127.0.0.1:65536"], "--bind '127.0.0.1:65536': port 65536 is out of range (1-65535)"),
+    (["--bind", LONG_PORT], f"--bind {LONG_PORT!r}: port 999999999999... is out of range (1-65535)"),
+    (["--bind", "h" * 5000 + ":0"], f"--bind {'h' * 60!r}: port 0 is out of range (1-65535)"),
+    # request limits and client deadlines
+    (["--max-body", "0"], "--max-body 0: expected a positive number of bytes"),
+    (["--max-body", "4096", "--max-buffered", "4095"],
+     "--max-buffered 4095: must hold at least one body (--max-body 4096)"),
     (["--handshake-timeout", "0"], "--handshake-timeout 0: expected seconds in (0, 3600]"),
     (["--header-timeout", "-1"], "--header-timeout -1: expected seconds in (0, 3600]"),
     (["--body-timeout", "3601"], "--body-timeout 3601: expected seconds in (0, 3600]"),
-    (["--body-timeout", "nan"], "--body-timeout nan: expected seconds"),
-    (["--max-body", "0"], "--max-body 0: expected a positive number of bytes"),
-    (["--max-body", "4096", "--max-buffered", "4095"], "--max-buffered 4095: must hold at least one body"),
+    (["--body-timeout", "nan"], "--body-timeout nan: expected seconds in (0, 3600]"),
+    # fabric
+    (["--fabric", "redfish"], "--fabric 'redfish': expected a URL, 'embedded' or 'none'"),
+    (["--fabric", "https://bmc:8443"], "--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)"),
+    (["--fabric", "http://bmc"], "--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)"),
+    (["--fabric-refresh", "0"], FABRIC_TIMES),
+    (["--attach-timeout", "-1"], FABRIC_TIMES),
+    (["--orphan-grace", "-1"], FABRIC_TIMES),
+    # housekeeping, pods, watches, reservations
+    (["--housekeeping-interval", "0"], "--housekeeping-interval 0: expected seconds in (0, 3600]"),
+    (["--housekeeping-interval", "3601"], "--housekeeping-interval 3601: expected seconds in (0, 3600]"),
+    (["--pod-ttl", "0"], "--pod-ttl 0: expected seconds in (0, 86400]"),
+    (["--pod-ttl", "86401"], "--pod-ttl 86401: expected seconds in (0, 86400]"),
+    (["--pod-ttl", "nan"], "--pod-ttl nan: expected seconds in (0, 86400]"),
+    (["--watch-stall-timeout", "0"], "--watch-stall-timeout 0: expected a positive number of seconds"),
+    (["--watch-stall-timeout", "-5"], "--watch-stall-timeout -5: expected a positive number of seconds"),
+    (["--reservation-ttl", "10"], TTL_10),
 ]
 
 
-@pytest.mark.parametrize(("argv", "message"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
-def test_each_rule_refuses_its_command_line(argv: list[str], message: str, files: dict[str, str]) -> None:
+@pytest.mark.parametrize(("argv", "message"), REFUSED, ids=[" ".join(a)[:60] for a, _ in REFUSED])
+def test_each_rule_refuses_its_command_line_with_one_exact_line(
+        argv: list[str], message: str, files: dict[str, str]) -> None:
     with pytest.raises(settings.SettingsError) as caught:
         _from([a.format(**files) for a in argv])
-    assert message in str(caught.value)
-    assert "\n" not in str(caught.value)
+    assert str(caught.value) == message.format(**files)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
 
 
 ACCEPTED = [
     [],
+    ["--workers", "1", "--threads", "1"],
     ["--workers", "1", "--threads", "32"],
     ["--kubeconfig", "{kubeconfig}", "--workers", "1"],
     ["--in-cluster"],
     ["--cluster", "{cluster}", "--cluster", "{cluster}"],
     ["--tls-cert", "c.pem", "--tls-key", "k.pem"],
+    ["--tls-dir", "d"],
+    ["--bind", "127.0.0.1:1"],
+    ["--bind", "[::1]:65535", "--client-ca", "ca.crt"],
+    ["--bind", "0.0.0.0:000080"],  # leading zeros: still port 80
+    ["--max-body", "1"],
+    ["--max-body", "10", "--max-buffered", "10"],
+    ["--handshake-timeout", "0.001", "--header-timeout", "3600", "--body-timeout", "1", "--exit-with-parent"],
+    ["--fabric", "none"],
     ["--fabric", "embedded"],
     ["--fabric", "https://bmc:8443", "--fabric-credentials", "creds"],
+    ["--fabric-refresh", "0.001", "--attach-timeout", "0.001", "--orphan-grace", "0"],
+    ["--housekeeping-interval", "3600"],
+    ["--housekeeping-interval", "0.001"],
+    ["--pod-ttl", "86400"],
+    ["--pod-ttl", "0.001"],
+    ["--watch-stall-timeout", "0.001"],
+    ["--reservation-ttl", f"{MIN_TTL:g}"],
     ["--housekeeping-interval", "3600", "--orphan-grace", "0"],
     ["--handshake-timeout", "0.5", "--header-timeout", "3600", "--body-timeout", "1", "--exit-with-parent"],
     ["--bind", "[::1]:65535", "--client-ca", "ca.crt", "--max-body", "10", "--max-buffered", "10"],
@@ -86,9 +144,37 @@ ACCEPTED = [
 
 
 @pytest.mark.parametrize("argv", ACCEPTED, ids=[" ".join(a) or "(defaults)" for a in ACCEPTED])
-def test_valid_command_lines_are_accepted(argv: list[str], files: dict[str, str]) -> None:
+def test_edge_values_are_accepted(argv: list[str], files: dict[str, str]) -> None:
     config = _from([a.format(**files) for a in argv])
     assert config.workers == 1
+
+
+def test_the_defaults_are_the_ones_settings_holds() -> None:
+    parsed = _from([])
+
+    assert dataclasses.replace(parsed, tls_dir=None, holder="h") == settings.Settings(holder="h")
+    assert parsed.tls_dir == settings.default_tls_dir()
+    assert parsed.policy == Policy()
+
+
+def test_the_defaults_come_from_their_owners_not_copies_of_their_numbers() -> None:
+    defaults = settings.Settings()
+
+    assert (defaults.attach_timeout, defaults.orphan_grace) == (Timeouts().attach, Timeouts().orphan_grace)
+    assert defaults.pod_ttl == DEFAULT_POD_TTL
+
+
+def test_the_policy_flags_build_the_policy() -> None:
+    config = _from(["--domain-label", "a/b", "--domain-label", "c/d", "--channel-device-class", "x",
+                    "--scheduler-name", "mine", "--reservation-ttl", "900"])
+
+    assert config.policy == Policy(domain_labels=("a/b", "c/d"), channel_device_classes=("x",),
+                                   scheduler_name="mine", reservation_ttl=900.0)
+
+
+def test_one_settings_error_for_every_command() -> None:
+    assert settings.SettingsError is agent_settings.SettingsError is errors.SettingsError
+    assert issubclass(errors.SettingsError, errors.ImexWebhookError)
 
 
 def test_the_workers_message_says_why_and_how_to_scale(files: dict[str, str]) -> None:
@@ -109,3 +195,9 @@ def test_serve_with_several_workers_exits_2_before_starting(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("imex-webhook serve: --workers 2: "), err
+
+
+def test_a_value_argparse_cannot_read_is_a_usage_error_with_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", "--threads", "many"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: imex-webhook serve ") and "--threads: invalid int value: 'many'" in err

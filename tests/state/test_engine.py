@@ -34,14 +34,14 @@ def clock() -> Clock:
 @pytest.fixture
 def engine(clock: Clock) -> Engine:
     store = ClusterStore(Policy())
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     return Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=clock)
 
 
 def _submit(engine: Engine, name: str, cd: str, gpus: int = 4) -> tuple[str, ...]:
     pod = parsing.pod(demo.pod(name, cd, gpus))
-    engine.store.put_pod(pod)
+    embedded.put_pod(engine.store, pod)
     return engine.filter(pod, sorted(engine.store.snapshot().nodes)).passed
 
 
@@ -100,7 +100,7 @@ def test_a_pod_needing_fabric_gpus_without_a_fabric_manager_is_refused_with_the_
     backend = embedded.EmbeddedBackend(store, [], "test")
     engine = Engine(store, backend.reservations, backend.binder, Policy())
     pod = parsing.pod(builders.pod("job-0", cd="job", gpus=3))
-    store.put_pod(pod)
+    embedded.put_pod(store, pod)
     assert engine.filter(pod, ["f"]).passed == ("f",)
     with pytest.raises(DecisionError, match="needs 2 fabric GPUs attached to node f, but no fabric manager"):
         engine.bind("ml", "job-0", pod.uid, "f")

@@ -17,7 +17,6 @@ from tests import builders
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain import parsing
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
@@ -25,6 +24,7 @@ from webhook.state import events
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 from webhook.state.events import LogEvents, Occurrence
+from webhook.wire.fabric_attachment import Attachment, Phase
 
 
 class Kept:
@@ -54,14 +54,14 @@ class Clock:
 
 def _demo_engine(sink: Kept, clock: Clock) -> Engine:
     store = ClusterStore(Policy())
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     return Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=clock, events=sink)
 
 
 def _submit(engine: Engine, name: str, cd: str, gpus: int = 4) -> tuple[Pod, tuple[str, ...]]:
     pod = parsing.pod(demo.pod(name, cd, gpus))
-    engine.store.put_pod(pod)
+    embedded.put_pod(engine.store, pod)
     return pod, engine.filter(pod, sorted(engine.store.snapshot().nodes)).passed
 
 
@@ -88,7 +88,7 @@ def test_a_group_no_domain_can_host_reports_no_domain_fits_with_the_extenders_re
     backend = embedded.EmbeddedBackend(store, [], "test")
     engine = Engine(store, backend.reservations, backend.binder, Policy(), events=sink)
     pod = parsing.pod(builders.pod("huge-0", cd="huge"))
-    store.put_pod(pod)
+    embedded.put_pod(store, pod)
 
     result = engine.filter(pod, ["a-00", "a-01"])
     engine.filter(pod, ["a-00", "a-01"])  # the scheduler retries: the recorder's series absorb repeats
@@ -149,7 +149,7 @@ def _fabric_engine(sink: Kept, attacher: object) -> tuple[Engine, Pod]:
     engine = Engine(store, backend.reservations, backend.binder, Policy(), attacher=attacher,  # type: ignore[arg-type]
                     events=sink)
     pod = parsing.pod(builders.pod("job-0", cd="job", gpus=3))
-    store.put_pod(pod)
+    embedded.put_pod(store, pod)
     assert engine.filter(pod, ["f"]).passed == ("f",)
     sink.items.clear()
     return engine, pod
@@ -197,7 +197,7 @@ class Exploding:
 
 def test_a_sink_that_raises_never_fails_a_decision(caplog: pytest.LogCaptureFixture) -> None:
     engine = _demo_engine(Kept(), Clock())
-    engine._report.sink = Exploding()
+    engine.report.sink = Exploding()
     _, passed = _submit(engine, "train-8-0", "train-8")
     assert passed
     assert "could not report the reservation" in caplog.text
@@ -205,7 +205,7 @@ def test_a_sink_that_raises_never_fails_a_decision(caplog: pytest.LogCaptureFixt
 
 def test_embedded_mode_writes_occurrences_to_the_decision_log(caplog: pytest.LogCaptureFixture) -> None:
     store = ClusterStore(Policy())
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     engine = Engine(store, backend.reservations, backend.binder, Policy())
     assert isinstance(engine.events, LogEvents) and engine.events.dropped() == {}

@@ -32,14 +32,14 @@ class NotListedYet:
 
 def _engine(now: float = 5000.0) -> tuple[Engine, ClusterStore]:
     store = ClusterStore(Policy())
-    backend = embedded.from_demo(store)
+    backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     return Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=lambda: now), store
 
 
 def _pod(engine: Engine, name: str) -> Pod:
     pod = parsing.pod(demo.pod(name, "train-8", 4))
-    engine.store.put_pod(pod)
+    embedded.put_pod(engine.store, pod)
     return pod
 
 

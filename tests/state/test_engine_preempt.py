@@ -6,7 +6,7 @@ scheduler: pods evicted in two domains, and the group fit in neither)."""
 from __future__ import annotations
 
 from tests import builders
-from webhook.adapters.embedded import EmbeddedBackend
+from webhook.adapters.embedded import EmbeddedBackend, put_pod
 from webhook.domain import keys, parsing
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
@@ -29,7 +29,7 @@ def _engine() -> tuple[Engine, dict[str, Pod]]:
 
 def _member(engine: Engine, i: int) -> Pod:
     pod = parsing.pod(builders.pod(f"urgent-{i}", annotations=GROUP))
-    engine.store.put_pod(pod)
+    put_pod(engine.store, pod)
     return pod
 
 
@@ -53,7 +53,7 @@ def test_a_group_whose_domain_another_group_took_meanwhile_evicts_nothing() -> N
     everywhere = {n: [v.uid] for n, v in victims.items()}
     other = parsing.pod(builders.pod("rival-0", annotations={keys.GROUP_ANNOTATION: "rival",
                                                              keys.GROUP_SIZE_ANNOTATION: "3"}))
-    engine.store.put_pod(other)
+    put_pod(engine.store, other)
     assert set(engine.preempt(other, everywhere, {}).kept) == {"b-00", "b-01", "b-02"}
     # Rack B is promised to the rival now; rack A (4 nodes) still hosts 3 pods once emptied.
     result = engine.preempt(_member(engine, 0), everywhere, {})

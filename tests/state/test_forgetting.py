@@ -142,7 +142,8 @@ def test_the_ttl_comes_from_serve_pod_ttl() -> None:
     settings.add_arguments(parser)
     assert settings.from_args(parser.parse_args(["--pod-ttl", "2.5"])).pod_ttl == 2.5
     assert settings.from_args(parser.parse_args([])).pod_ttl == embedded.DEFAULT_POD_TTL
-    assert embedded.from_demo(ClusterStore(Policy()), 2.5).pod_ttl == 2.5
+    backend = embedded.EmbeddedBackend(ClusterStore(Policy()), demo.objects(), "the built-in demo topology", 2.5)
+    assert backend.pod_ttl == 2.5
     for bad in ("0", "-3", "inf", "nan"):
         with pytest.raises(settings.SettingsError, match="--pod-ttl"):
             settings.from_args(parser.parse_args(["--pod-ttl", bad]))

@@ -23,7 +23,7 @@ FIGURES = ("throughput_rps", "p50_ms", "p99_ms", "server_cpu_ms_per_request", "r
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench")
-    assert cli.bench_main(["--quick", "--out", str(out)]) == 0
+    assert cli.main(["bench", "--quick", "--out", str(out)]) == 0
     loaded: dict[str, Any] = json.loads((out / "bench.json").read_text())
     return out, loaded
 

@@ -149,11 +149,11 @@ def test_the_imex_policy_drives_the_service_engine() -> None:
 
 
 def test_cli_runs_and_rejects_unknown_policies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.simulate_main(["--out", str(tmp_path), "--cliques", "2", "--jobs", "15", "--fabric-zones", "1",
+    code = cli.main(["simulate", "--out", str(tmp_path), "--cliques", "2", "--jobs", "15", "--fabric-zones", "1",
                               "--policies", "imex-webhook,default", "--no-plots"])
     assert code == 0
     assert set(json.loads((tmp_path / "metrics.json").read_text())["policies"]) == {"imex-webhook", "default"}
     printed = capsys.readouterr().out
     assert "| imex-webhook |" in printed and "| 17+ pods |" in printed  # both tables are printed
-    assert cli.simulate_main(["--out", str(tmp_path), "--policies", "magic"]) == 2
+    assert cli.main(["simulate", "--out", str(tmp_path), "--policies", "magic"]) == 2
     assert "unknown policy" in capsys.readouterr().err

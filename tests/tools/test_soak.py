@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from webhook.tools import cli, soak
+from webhook.tools import cli, soak, soak_stream
 
 FIELDS = ("t", "rss_kib", "fds", "threads", "requests", "errors", "groups_placed", "groups_finished", "refusals",
           "latency_ms")
@@ -20,7 +20,7 @@ FIELDS = ("t", "rss_kib", "fds", "threads", "requests", "errors", "groups_placed
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("soak")
-    assert cli.soak_main(["--minutes", "1", "--interval", "6", "--seed", "3", "--out", str(out)]) == 0
+    assert cli.main(["soak", "--minutes", "1", "--interval", "6", "--seed", "3", "--out", str(out)]) == 0
     assert (out / "soak.md").read_text().startswith("# imex-webhook soak")
     loaded: dict[str, Any] = json.loads((out / "soak.json").read_text())
     return loaded
@@ -32,7 +32,7 @@ def test_intervals_have_every_field(report: dict[str, Any]) -> None:
     for s in samples:
         assert set(FIELDS) <= set(s)
         assert s["rss_kib"] > 0 and s["fds"] > 0 and s["threads"] > 0
-        assert set(s["latency_ms"]) == set(soak.VERBS)
+        assert set(s["latency_ms"]) == set(soak_stream.VERBS)
         for figures in s["latency_ms"].values():
             assert set(figures) == {"n", "p50", "p99"}
             assert figures["p99"] >= figures["p50"] >= 0
@@ -51,8 +51,8 @@ NODE_DOMAIN = {"a-0": "A", "a-1": "A", "b-0": "B", "b-1": "B"}
 NODE_GPUS = dict.fromkeys(NODE_DOMAIN, 4)
 
 
-def _group(name: str, bound: dict[str, str], size: int = 2, finished: bool = False) -> soak.Group:
-    return soak.Group(name, size, 1.0, bound=bound, started=0.0, finished=finished)
+def _group(name: str, bound: dict[str, str], size: int = 2, finished: bool = False) -> soak_stream.Group:
+    return soak_stream.Group(name, size, 1.0, bound=bound, started=0.0, finished=finished)
 
 
 def _reservation(name: str, domain: str, size: int = 2) -> dict[str, Any]:
@@ -95,5 +95,5 @@ def test_finished_groups_promise_nothing() -> None:
 
 
 def test_rejects_bad_arguments() -> None:
-    assert cli.soak_main(["--minutes", "0"]) == 2
-    assert cli.soak_main(["--minutes", "1", "--interval", "-1"]) == 2
+    assert cli.main(["soak", "--minutes", "0"]) == 2
+    assert cli.main(["soak", "--minutes", "1", "--interval", "-1"]) == 2

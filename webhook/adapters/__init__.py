@@ -1,1 +1,3 @@
-"""Adapters: one module per external system (Kubernetes API, embedded files, fabric manager, NVML)."""
+"""Adapters: one subpackage per external system, the only code that talks to it: ``kube`` (the API
+server), ``redfish`` (a composition service); ``embedded`` holds cluster objects from files in memory.
+NVML's adapter lives with the node agent (``webhook.agent.nvml``), its only user."""

@@ -1,4 +1,5 @@
-"""The embedded cluster: Kubernetes objects from files (or the built-in demo) held in memory.
+"""The embedded cluster: Kubernetes objects from files (or the built-in demo, which its caller passes) held
+in memory.
 
 Loads what ``kubectl get nodes,pods,resourceclaims,resourceclaimtemplates,computedomains,jobs -A -o yaml``
 prints (plus podgroups, workloads, jobsets, pytorchjobs, mpijobs: docs/GROUPS.md), as is: multi-document
@@ -19,12 +20,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from webhook.demo import cluster as demo
 from webhook.domain.model import Pod
 from webhook.errors import DecisionError, ImexWebhookError
 from webhook.state.cluster import KINDS, ClusterStore
@@ -79,6 +80,30 @@ def load_objects(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return objects
 
 
+def put_pod(store: ClusterStore, pod: Pod) -> None:
+    """Remember a pod the scheduler asked about (there is no watch to tell us)."""
+
+    def newer(current: Pod | None) -> Pod | None:
+        if current is not None and (current == pod or (current.node_name and not pod.node_name)):
+            return current  # the same, or our own binding is newer than the scheduler's copy of the pod
+        return pod
+
+    store.modify("Pod", pod.key, newer)
+
+
+def bind_locally(store: ClusterStore, namespace: str, name: str, node: str) -> Pod:
+    """Record a binding as the API server would (set spec.nodeName)."""
+
+    def bound(current: Pod | None) -> Pod:
+        if current is None:
+            raise KeyError(f"{namespace}/{name}")
+        return replace(current, node_name=node)
+
+    pod = store.modify("Pod", (namespace, name), bound)
+    assert pod is not None
+    return pod
+
+
 class EmbeddedBinder:
     def __init__(self, store: ClusterStore) -> None:
         self.store = store
@@ -92,7 +117,7 @@ class EmbeddedBinder:
             raise DecisionError(f"pod {pod.ref} not found: it was deleted before it could be bound")
         if current.node_name and current.node_name != node:
             raise DecisionError(f'pod {pod.name} is already assigned to node "{current.node_name}"')
-        self.store.bind_locally(pod.namespace, pod.name, node)
+        bind_locally(self.store, pod.namespace, pod.name, node)
 
 
 class EmbeddedBackend:
@@ -155,7 +180,7 @@ class EmbeddedBackend:
                 else:
                     # Unbound, or finished: a finished pod holds nothing, and no watch will say it was deleted.
                     self._noted.named(pod.key)
-            self.store.put_pod(pod)
+            put_pod(self.store, pod)
             self._forget(FORGET_PER_NOTE)
 
     def forget_expired(self) -> int:
@@ -193,6 +218,3 @@ def _pod_key(obj: dict[str, Any]) -> tuple[str, str]:
 def from_files(store: ClusterStore, paths: list[Path], pod_ttl: float | None = None) -> EmbeddedBackend:
     return EmbeddedBackend(store, load_objects(paths), ", ".join(str(p) for p in paths), pod_ttl)
 
-
-def from_demo(store: ClusterStore, pod_ttl: float | None = None) -> EmbeddedBackend:
-    return EmbeddedBackend(store, demo.objects(), "the built-in demo topology", pod_ttl)

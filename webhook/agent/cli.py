@@ -1,9 +1,10 @@
 """``imex-webhook agent``: wiring of the node agent from its settings, and its process life cycle.
 
-``main(argv, configure_logging)`` parses the agent's own flags (``webhook.cli`` hands them over);
-``add_arguments`` and ``run`` let a parent parser host them as a subcommand instead. With ``--nvml-sim``
-the GPUs, sysfs and procfs are simulated from the scenario (fake trees in a temporary directory unless
+``webhook.cli`` hosts the flags (:func:`webhook.agent.settings.add_arguments`) as a subcommand and
+``webhook.composition`` calls :func:`run`, handing in the logging set-up and, for ``--nvml-sim``, the
+simulated machine: GPUs, sysfs and procfs from the scenario (fake trees in a temporary directory unless
 ``--sysfs-root`` / ``--proc-root`` name others); without an API server either, the Node lives in memory.
+The agent imports neither the service nor the simulators.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import sys
-import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,49 +28,44 @@ from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
 from webhook.agent.ports import DryRunNodeApi, NodeApi
 from webhook.agent.server import ProbeServer
-from webhook.agent.settings import AgentSettings, SettingsError, add_arguments, from_args
+from webhook.agent.settings import AgentSettings, from_args
 from webhook.agent.sysfs import Host
-from webhook.sim import node_scenario as scenario
-from webhook.sim.host import SimHost
-from webhook.sim.nvml import FakePynvml
+from webhook.errors import SettingsError
 
 log = logging.getLogger(__name__)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="imex-webhook agent",
-        description="Node agent: label the node with its NVLink clique and fabric health, publish the GPU "
-                    "inventory, prepare hot-added fabric GPUs and release them safely.")
-    add_arguments(p)
-    return p
+@dataclass(frozen=True)
+class SimulatedMachine:
+    """What ``--nvml-sim`` puts in place of the node: a pynvml stand-in, the sysfs and procfs trees it
+    keeps, and the Node in memory for a run without an API server (``memory_node(name)``)."""
+
+    nvml_module: Any
+    sysfs_root: Path
+    proc_root: Path
+    memory_node: Callable[[str], NodeApi]
 
 
-def build(settings: AgentSettings, stack: ExitStack) -> Agent:
+# Builds the machine of --nvml-sim, registering what needs closing on the stack; raises SettingsError,
+# naming the file, for a scenario it cannot use.
+SimulateNode = Callable[[AgentSettings, ExitStack], SimulatedMachine]
+
+
+def build(settings: AgentSettings, stack: ExitStack, simulate: SimulateNode | None = None) -> Agent:
     """The agent and what it runs on; everything that needs closing is registered on ``stack``."""
     sysfs_root, proc_root = settings.sysfs_root, settings.proc_root
-    nvml_module: Any = None
-    sim: scenario.SimNode | None = None
+    machine: SimulatedMachine | None = None
     if settings.nvml_sim is not None:
-        sim = scenario.load(settings.nvml_sim)
-        if settings.sysfs_root == Path("/sys") or settings.proc_root == Path("/proc"):
-            tmp = Path(tempfile.mkdtemp(prefix="imex-agent-sim-"))
-            stack.callback(shutil.rmtree, tmp, True)
-            sysfs_root = tmp / "sys" if settings.sysfs_root == Path("/sys") else sysfs_root
-            proc_root = tmp / "proc" if settings.proc_root == Path("/proc") else proc_root
-        host_sim = SimHost(sim, sysfs_root, proc_root).start()
-        stack.callback(host_sim.close)
-        nvml_module = FakePynvml(sim)
-        log.info("simulated node %s from %s: %d GPUs, sysfs %s, proc %s", sim.name, settings.nvml_sim,
-                 len(sim.gpus), sysfs_root, proc_root)
-    nvml = Nvml(nvml_module)
+        if simulate is None:
+            raise SettingsError(f"--nvml-sim {settings.nvml_sim}: this command was started without the simulators")
+        machine = simulate(settings, stack)
+        sysfs_root, proc_root = machine.sysfs_root, machine.proc_root
+    nvml = Nvml(machine.nvml_module if machine is not None else None)
     stack.callback(nvml.shutdown)
     host = Host(sysfs_root, proc_root, own_pid=-1 if settings.simulated else None)
     api: NodeApi
-    if settings.standalone and sim is not None:
-        from webhook.sim.agents import MemoryNodeApi
-
-        api = MemoryNodeApi({"metadata": {"name": settings.node}}, sim)
+    if settings.standalone and machine is not None:
+        api = machine.memory_node(settings.node)
         log.info("no API server given: node %s lives in memory", settings.node)
     else:
         kube_api = kube_agent.connect(settings.node, str(settings.kubeconfig) if settings.kubeconfig else None,
@@ -89,7 +84,8 @@ def build(settings: AgentSettings, stack: ExitStack) -> Agent:
 LogSetup = Callable[[str, str], None]  # (format, level): ``webhook.service.logs.configure``
 
 
-def run(ns: argparse.Namespace, configure_logging: LogSetup | None = None) -> int:
+def run(ns: argparse.Namespace, configure_logging: LogSetup | None = None,
+        simulate: SimulateNode | None = None) -> int:
     try:
         settings = from_args(ns)
     except SettingsError as exc:
@@ -100,8 +96,8 @@ def run(ns: argparse.Namespace, configure_logging: LogSetup | None = None) -> in
     log.info("agent settings: %s", json.dumps(settings.redacted(), default=str, sort_keys=True))
     with ExitStack() as stack:
         try:
-            agent = build(settings, stack)
-        except (scenario.ScenarioError, kube_agent.AgentConfigError) as exc:
+            agent = build(settings, stack, simulate)
+        except (SettingsError, kube_agent.AgentConfigError) as exc:
             print(f"imex-webhook agent: {exc}", file=sys.stderr)
             return 1
         if settings.once:
@@ -128,9 +124,3 @@ def run(ns: argparse.Namespace, configure_logging: LogSetup | None = None) -> in
             stack.callback(server.stop)
         agent.run(stopping, settings.interval)
     return 0
-
-
-def main(argv: Sequence[str] | None = None, configure_logging: LogSetup | None = None) -> int:
-    """The ``agent`` subcommand; ``webhook.cli`` passes ``webhook.service.logs.configure`` (the agent
-    does not import the service layer, which may import the agent for the embedded simulation)."""
-    return run(parser().parse_args(list(sys.argv[1:] if argv is None else argv)), configure_logging)

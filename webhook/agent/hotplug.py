@@ -23,14 +23,13 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from webhook.adapters.kube.api import ApiError
 from webhook.agent import clique
 from webhook.agent.model import FabricState, Gpu, Health, normalise_pci
 from webhook.agent.nvml import Nvml
-from webhook.agent.ports import NodeApi, allocatable_gpus
+from webhook.agent.ports import NodeApi, NodeApiError, allocatable_gpus
 from webhook.agent.steps import Deadlines, Observe, StepFailed, Steps, now_rfc3339, set_condition
 from webhook.agent.sysfs import Host
-from webhook.domain.attachments import READY_CONDITION, Attachment, Block, Phase
+from webhook.wire.fabric_attachment import READY_CONDITION, Attachment, Block, Phase
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +177,7 @@ class HotAdd:
         def advertised() -> str | None:
             try:
                 have = allocatable_gpus(self.api.read_node())
-            except ApiError as exc:
+            except NodeApiError as exc:
                 return f"cannot read node {self.api.node}: {exc}"
             if have >= expected:
                 return None

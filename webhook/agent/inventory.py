@@ -3,30 +3,25 @@
 - label ``imex-webhook.io/fabric-health``: healthy / degraded / unhealthy / none (``clique.node_health``);
 - label ``nvidia.com/gpu.clique``: only with ``--own-clique-label`` (GFD or NVIDIA's DRA plugin usually
   own it); then set to the decided clique, and removed when there is none;
-- annotation ``imex-webhook.io/gpus``: compact JSON, stable for equal input, so that an unchanged node
-  is never patched::
-
-      {"clique": "<uuid>.<id>" | null, "reason": "...", "health": "healthy",
-       "gpus": [{"uuid": "GPU-...", "pci": "0000:41:00.0", "clique": "...", "health": "healthy",
-                 "flags": ["degradedBandwidth"], "owner": "fa-...", "releasing": true, "error": "..."}]}
-
-  ``owner`` names the FabricAttachment a fabric GPU belongs to; ``releasing`` marks GPUs being released,
-  which the extender must no longer count as free. Empty fields are left out.
+- annotation ``imex-webhook.io/gpus``: the GPU inventory, whose format and codec are
+  ``webhook.wire.gpu_inventory``; ``owner`` names the FabricAttachment a fabric GPU belongs to and
+  ``releasing`` marks GPUs being released, which the extender must no longer count as free.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from webhook.agent import clique
 from webhook.agent.model import FabricState, Gpu, normalise_pci
 from webhook.domain import keys
-from webhook.domain.attachments import Attachment, Phase
+from webhook.wire import gpu_inventory
+from webhook.wire.fabric_attachment import Attachment, Phase
+from webhook.wire.gpu_inventory import GpuEntry, GpuInventory
 
-INVENTORY_ANNOTATION = keys.INVENTORY_ANNOTATION
+INVENTORY_ANNOTATION = gpu_inventory.ANNOTATION
 HEALTH_LABEL = keys.HEALTH_LABEL
 OWNING_PHASES = frozenset({Phase.ATTACHED, Phase.READY, Phase.RELEASING})
 
@@ -60,7 +55,7 @@ def ownership(attachments: Iterable[Attachment]) -> Ownership:
     return Ownership(owners, frozenset(releasing))
 
 
-def _entry(gpu: Gpu, own: Ownership) -> dict[str, Any]:
+def _entry(gpu: Gpu, own: Ownership) -> GpuEntry:
     entry: dict[str, Any] = {"uuid": gpu.uuid, "pci": gpu.pci_address}
     fabric = gpu.fabric
     if gpu.valid and fabric.supported and fabric.state is FabricState.COMPLETED and fabric.status_ok:
@@ -75,18 +70,18 @@ def _entry(gpu: Gpu, own: Ownership) -> dict[str, Any]:
         entry["releasing"] = True
     if gpu.error:
         entry["error"] = gpu.error
-    return {k: v for k, v in entry.items() if v not in ("", None)}
+    return cast(GpuEntry, {k: v for k, v in entry.items() if v not in ("", None)})
 
 
 def annotation(gpus: Sequence[Gpu], own: Ownership) -> str:
     decision = clique.node_clique(gpus)
-    doc = {
+    doc: GpuInventory = {
         "clique": decision.clique,
         "reason": decision.reason,
         "health": clique.node_health(gpus).label,
         "gpus": [_entry(g, own) for g in sorted(gpus, key=lambda g: (g.pci_address or "~", g.index))],
     }
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+    return gpu_inventory.encode(doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +99,8 @@ def desired(gpus: Sequence[Gpu], own: Ownership, own_clique_label: bool) -> Desi
 
 def unavailable(reason: str) -> Desired:
     """Without NVML the agent knows nothing about the fabric: labels stay as they are, the annotation says why."""
-    doc: dict[str, Any] = {"clique": None, "reason": reason, "health": "unknown", "gpus": []}
-    return Desired({}, {INVENTORY_ANNOTATION: json.dumps(doc, separators=(",", ":"), sort_keys=True)})
+    doc: GpuInventory = {"clique": None, "reason": reason, "health": "unknown", "gpus": []}
+    return Desired({}, {INVENTORY_ANNOTATION: gpu_inventory.encode(doc)})
 
 
 def node_patch(node: Mapping[str, Any], want: Desired) -> dict[str, Any] | None:
@@ -130,12 +125,6 @@ def node_patch(node: Mapping[str, Any], want: Desired) -> dict[str, Any] | None:
 
 
 def read_inventory(node: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The published inventory of a Node, for readers (the extender, tests); None if absent or unreadable."""
-    text = ((node.get("metadata") or {}).get("annotations") or {}).get(INVENTORY_ANNOTATION)
-    if not isinstance(text, str):
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    """The published inventory of a Node as a plain dict, for readers that look it over (tests, the
+    simulated agents); None if absent or unreadable."""
+    return cast(dict[str, Any] | None, gpu_inventory.of_node(node))

@@ -16,14 +16,13 @@ import threading
 import time
 from typing import TextIO
 
-from webhook.adapters.kube.api import ApiError
 from webhook.agent import hotplug, inventory, release
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.model import Gpu
 from webhook.agent.nvml import Nvml
-from webhook.agent.ports import NodeApi
+from webhook.agent.ports import NodeApi, NodeApiError
 from webhook.agent.sysfs import Host
-from webhook.domain.attachments import RELEASED_CONDITION, Attachment, Phase
+from webhook.wire.fabric_attachment import RELEASED_CONDITION, Attachment, Phase
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class Agent:
         with self._lock:
             try:
                 self._pass()
-            except ApiError as exc:
+            except NodeApiError as exc:
                 self.api_ok = (False, str(exc))
                 self.metrics.passes.labels("api-error").inc()
                 log.error("pass failed: the API server: %s", exc)
@@ -122,7 +121,7 @@ class Agent:
     def _store(self, att: Attachment) -> None:
         try:
             self.api.write_status(att)
-        except ApiError as exc:
+        except NodeApiError as exc:
             if exc.status in (404, 409):
                 log.warning("%s changed or went away while we worked (%s); the next pass looks again",
                             att.name, exc)

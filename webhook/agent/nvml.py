@@ -1,7 +1,7 @@
 """The NVML adapter: the only module that imports ``pynvml`` (the official ``nvidia-ml-py`` binding).
 
 It takes the binding as a parameter (default: the real ``pynvml``), so that the simulation, a fake
-module with the same function, struct and constant names (``nvml_sim``), runs this exact code.
+module with the same function, struct and constant names (``webhook.sim.nvml``), runs this exact code.
 
 Failure rules, after gpustat:
 - NVML missing (no driver, no ``libnvidia-ml.so.1``) or failing to initialise: ``error`` says why, no

@@ -2,7 +2,8 @@
 implements it over HTTP, ``embedded.MemoryNodeApi`` in memory (the embedded ``serve`` mode), and
 ``DryRunNodeApi`` wraps either and prints every change instead of making it.
 
-Failures are ``webhook.adapters.kube.api.ApiError`` (status 0: no answer; 409: a stale resourceVersion).
+Failures are the port's own ``NodeApiError`` (``status`` 0: no answer; 404: gone; 409: a stale
+resourceVersion); each adapter translates its own errors into it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from webhook.domain import attachments as fa
 from webhook.domain import keys
+from webhook.errors import NodeApiError
+from webhook.wire import fabric_attachment as fa
+
+__all__ = ["DryRunNodeApi", "NodeApi", "NodeApiError", "allocatable_gpus"]
 
 
 class NodeApi(Protocol):

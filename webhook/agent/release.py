@@ -29,7 +29,7 @@ from webhook.agent.nvml import Nvml, NvmlCallError
 from webhook.agent.ports import NodeApi
 from webhook.agent.steps import Deadlines, Observe, Refused, StepFailed, Steps, set_condition
 from webhook.agent.sysfs import Host
-from webhook.domain.attachments import RELEASED_CONDITION, Attachment, Block
+from webhook.wire.fabric_attachment import RELEASED_CONDITION, Attachment, Block
 
 log = logging.getLogger(__name__)
 

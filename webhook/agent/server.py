@@ -28,6 +28,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from webhook.agent.loop import Agent
+from webhook.wire.text import ELLIPSIS, clip
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def is_loopback(address: str | None) -> bool:
 
 
 def _echo(text: str) -> str:
-    return text if len(text) <= _ECHO_LIMIT else text[:_ECHO_LIMIT] + "..."
+    return clip(text, _ECHO_LIMIT + len(ELLIPSIS))
 
 
 def _json_error(status: int, message: str) -> Response:

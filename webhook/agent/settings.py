@@ -9,18 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.adapters.kube.node_agent import DEFAULT_DEVICE_PLUGIN_SELECTORS
+from webhook.adapters.kube.resources import DEFAULT_DEVICE_PLUGIN_SELECTORS
 from webhook.agent.steps import Deadlines
-from webhook.errors import ImexWebhookError
+from webhook.errors import SettingsError
 
 # Loopback by default: an agent started by hand on a node must not offer its endpoints to the network. The
 # DaemonSet listens on every address of its pod's own network namespace (manifests/agent.yaml).
 DEFAULT_LISTEN = "127.0.0.1:8081"
 STEP_NAMES = tuple(f.name.replace("_", "-") for f in dataclasses.fields(Deadlines))
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
-
-class SettingsError(ImexWebhookError, ValueError):
-    """A flag combination that cannot work; the message says which flag and why."""
+__all__ = ["AgentSettings", "SettingsError", "add_arguments", "from_args"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ class AgentSettings:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``agent``; every default is the one :class:`AgentSettings` holds."""
+    d = AgentSettings
     p.add_argument("--node", default=os.environ.get("NODE_NAME"),
                    help="the Node this agent runs on (default: $NODE_NAME, set from spec.nodeName)")
     kube = p.add_mutually_exclusive_group()
@@ -66,9 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     kube.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
     p.add_argument("--nvml-sim", type=Path, metavar="FILE",
                    help="simulated GPUs from a scenario file (YAML/JSON) instead of NVML, with fake sysfs/procfs")
-    p.add_argument("--sysfs-root", type=Path, default=Path("/sys"), help="where sysfs is mounted (default /sys)")
-    p.add_argument("--proc-root", type=Path, default=Path("/proc"), help="where procfs is mounted (default /proc)")
-    p.add_argument("--interval", type=float, default=30.0, help="seconds between passes (default 30)")
+    p.add_argument("--sysfs-root", type=Path, default=d.sysfs_root,
+                   help="where sysfs is mounted (default %(default)s)")
+    p.add_argument("--proc-root", type=Path, default=d.proc_root, help="where procfs is mounted (default %(default)s)")
+    p.add_argument("--interval", type=float, default=d.interval, help="seconds between passes (default %(default)g)")
     p.add_argument("--once", action="store_true", help="one pass (read, publish, handle attachments), then exit")
     p.add_argument("--dry-run", action="store_true", help="print the changes it would make, make none")
     p.add_argument("--own-clique-label", action="store_true",
@@ -76,17 +79,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--persistence-mode", action="store_true", help="enable persistence mode on hot-added GPUs")
     p.add_argument("--device-plugin-selector", action="append", metavar="SELECTOR",
                    help="label selector of the device-plugin pods to refresh after a hot-add; repeatable "
-                        f"(default: {' and '.join(DEFAULT_DEVICE_PLUGIN_SELECTORS)})")
+                        f"(default: {' and '.join(d.device_plugin_selectors)})")
     p.add_argument("--device-plugin-namespace", help="look for device-plugin pods only in this namespace")
     p.add_argument("--no-device-plugin", action="store_true",
                    help="no device plugin on this node (DRA only): no pod refresh, no allocatable wait")
-    p.add_argument("--listen", default=DEFAULT_LISTEN,
-                   help=f"HOST:PORT of /healthz /readyz /metrics /gpus, plain HTTP (/gpus answers loopback "
-                        f"clients only); 'none' to disable (default {DEFAULT_LISTEN})")
+    p.add_argument("--listen", default=d.listen,
+                   help="HOST:PORT of /healthz /readyz /metrics /gpus, plain HTTP (/gpus answers loopback "
+                        "clients only); 'none' to disable (default %(default)s)")
     p.add_argument("--deadline", action="append", default=[], metavar="STEP=SECONDS",
                    help=f"deadline of one step; steps: {', '.join(STEP_NAMES)}")
-    p.add_argument("--log-format", choices=("plain", "json"), default="plain")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=d.log_format)
+    p.add_argument("--log-level", choices=LOG_LEVELS, default=d.log_level)
 
 
 def _deadlines(values: list[str]) -> Deadlines:
@@ -119,7 +122,7 @@ def from_args(ns: argparse.Namespace) -> AgentSettings:
         node=ns.node, kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, nvml_sim=ns.nvml_sim,
         sysfs_root=ns.sysfs_root, proc_root=ns.proc_root, interval=ns.interval, once=ns.once, dry_run=ns.dry_run,
         own_clique_label=ns.own_clique_label, persistence_mode=ns.persistence_mode,
-        device_plugin_selectors=tuple(ns.device_plugin_selector or DEFAULT_DEVICE_PLUGIN_SELECTORS),
+        device_plugin_selectors=tuple(ns.device_plugin_selector or AgentSettings.device_plugin_selectors),
         device_plugin_namespace=ns.device_plugin_namespace, device_plugin=not ns.no_device_plugin,
         listen=listen, deadlines=_deadlines(ns.deadline), log_format=ns.log_format, log_level=ns.log_level,
     )

@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from webhook.domain.attachments import Attachment, Condition
 from webhook.errors import ImexWebhookError
+from webhook.wire.fabric_attachment import Attachment, Condition
+from webhook.wire.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ class Steps:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Now, as a condition's ``lastTransitionTime`` (``metav1.Time``: whole seconds)."""
+    return rfc3339(time.time(), "s")
 
 
 def set_condition(att: Attachment, kind: str, status: str, reason: str, message: str) -> tuple[Condition, ...]:

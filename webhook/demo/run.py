@@ -1,4 +1,5 @@
-"""``imex-webhook demo``: the service on the demo cluster, driven the way a cluster would drive it.
+"""The demo of ``imex-webhook demo`` (its command line: ``webhook.demo.cli``): the service on the demo
+cluster, driven the way a cluster would drive it.
 
 Starts ``imex-webhook serve`` (embedded demo cluster, simulated fabric and node agents, TLS with fresh
 certificates) and plays the jobs of ``demo_scenario`` through the real HTTPS endpoints in the order
@@ -12,13 +13,10 @@ anything did not happen as a correct service must make it happen.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -224,15 +222,6 @@ def certificates(tls: Path) -> tuple[Path, tuple[Path, Path]]:
     return made.paths.ca_cert, cert_files.issue_client(tls, cert_files.SCHEDULER_CLIENT)
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @contextmanager
 def served(workdir: Path, port: int) -> Iterator[tuple[str, Client, subprocess.Popen[bytes]]]:
     tls = workdir / "tls"
@@ -271,60 +260,3 @@ def served(workdir: Path, port: int) -> Iterator[tuple[str, Client, subprocess.P
 def _last_line(path: Path) -> str:
     lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     return lines[-1] if lines else f"see {path}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="imex-webhook demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, default=8443, help="port for the demo server (default %(default)s)")
-    parser.add_argument("--workdir", type=Path, help="where certificates and the server log go (default: a "
-                                                     "temporary directory, removed at the end)")
-    parser.add_argument("--exit", action="store_true", help="stop the server after the table instead of "
-                                                           "serving until Ctrl-C")
-    args = parser.parse_args(argv)
-    if not 1 <= args.port <= 65535:
-        parser.error(f"--port {args.port}: expected a port in 1-65535")
-    if not port_free(args.port):
-        print(f"imex-webhook demo: port {args.port} is already in use; choose another with --port",
-              file=sys.stderr)
-        return 2
-    # SIGTERM unwinds like Ctrl-C, so the server the demo started is stopped with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
-        if args.workdir is not None:
-            args.workdir.mkdir(parents=True, exist_ok=True)
-            return _run(args.workdir, args)
-        with tempfile.TemporaryDirectory(prefix="imex-webhook-demo-") as temp:
-            return _run(Path(temp), args)
-    except KeyboardInterrupt:
-        print("\nimex-webhook demo: interrupted; the server was stopped", file=sys.stderr)
-        return 130
-
-
-def _run(workdir: Path, args: argparse.Namespace) -> int:
-    stream = sys.stderr
-    try:
-        with served(workdir, args.port) as (url, client, proc):
-            print(f"imex-webhook serving {url} (demo cluster, simulated fabric and agents; CA {client.ca})",
-                  file=stream)
-            outcomes = run(client, stream)
-            print("\n" + table(outcomes))
-            print(f"\nInspect: curl --cacert {client.ca} {url}/inspect")
-            print(f"Cluster map: {url}/ui (trust the CA {client.ca} in the browser, or accept its certificate)")
-            if client.cert is not None and args.workdir is not None:
-                cert, key = client.cert
-                print(f"Extender verbs need the scheduler's certificate: curl --cacert {client.ca} --cert {cert} "
-                      f"--key {key} -H 'Content-Type: application/json' -d @ExtenderArgs.json {url}/filter")
-            failed = [o for o in outcomes if not o.ok]
-            if not args.exit and not failed:
-                print("Serving until Ctrl-C ...", file=stream, flush=True)
-                try:
-                    proc.wait()
-                except KeyboardInterrupt:  # the way to stop it: not an error
-                    print("", file=stream)
-    except (RuntimeError, OSError, requests.RequestException) as exc:
-        print(f"imex-webhook demo: {exc}", file=sys.stderr)
-        return 1
-    if failed:
-        print(f"imex-webhook demo: {len(failed)} job(s) did not go as they must", file=sys.stderr)
-        return 1
-    return 0

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from webhook.domain import capacity, filtering, grouping, placement
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
+from webhook.wire.fabric_attachment import Attachment, Phase
 
 
 @dataclass(frozen=True, slots=True)

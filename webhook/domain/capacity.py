@@ -9,9 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Catalog, Demand, Node, Pod, Snapshot
 from webhook.domain.policy import Policy
+from webhook.wire.fabric_attachment import Attachment, Phase
 
 # Phases in which a pod's attached GPUs are composed to the node but not yet in its allocatable.
 IN_FLIGHT = frozenset({Phase.PENDING, Phase.COMPOSING, Phase.ATTACHED})

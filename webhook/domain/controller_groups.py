@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from webhook.domain import keys
-from webhook.domain.limits import shown
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,
@@ -41,6 +40,7 @@ from webhook.domain.model import (
     WorkloadRefs,
 )
 from webhook.domain.policy import Policy
+from webhook.wire.text import shown
 
 Member = Callable[[PodTemplate], bool]  # whether the pods of a controller's template are group members
 _DIGITS = re.compile(r"[0-9]{1,9}")

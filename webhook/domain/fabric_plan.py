@@ -17,10 +17,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
-from datetime import datetime
 
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.model import Pod
+from webhook.errors import WireError
+from webhook.wire.fabric_attachment import Attachment, Phase
+from webhook.wire.timestamps import parse_rfc3339
 
 
 class Act(enum.StrEnum):
@@ -51,8 +52,8 @@ def since(att: Attachment, now: float) -> float:
     if not att.phase_since:
         return 0.0
     try:
-        started = datetime.fromisoformat(att.phase_since.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        started = parse_rfc3339(att.phase_since)
+    except WireError:
         return 0.0
     return max(0.0, now - started)
 

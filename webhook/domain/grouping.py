@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 
 from webhook.domain import controller_groups, keys
-from webhook.domain.limits import GROUP_NAME_MAX, shown
+from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,
@@ -26,6 +26,7 @@ from webhook.domain.model import (
     Pod,
 )
 from webhook.domain.policy import Policy
+from webhook.wire.text import shown
 
 # The group-size annotation: a whole number of pods written in ASCII digits, 1..MAX_GROUP_SIZE. The bound
 # keeps int() away from thousands of digits (Python refuses over 4,300) and nonsense sizes out of the plan.

@@ -8,9 +8,9 @@ from typing import Any
 from webhook.domain import inspection_detail as detail
 from webhook.domain.capacity import attachable, free_local
 from webhook.domain.filtering import live_reservations
-from webhook.domain.limits import cut
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.wire.text import clip
 
 
 def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
     reservations += [_reservation(r, False) for g, r in sorted(proposals.items()) if g not in snapshot.reservations]
     attachments = [
         {"name": a.name, "pod": f"{a.pod_namespace}/{a.pod_name}", "node": a.node, "zone": a.zone, "gpus": a.gpus,
-         "phase": a.phase.value, "message": cut(a.message, 512), "since": a.phase_since,
+         "phase": a.phase.value, "message": clip(a.message, 512), "since": a.phase_since,
          "blocks": [{"id": b.id, "uuid": b.uuid, "pciAddress": b.pci_address} for b in a.blocks]}
         for a in sorted(snapshot.attachments.values(), key=lambda a: (a.pod_namespace, a.pod_name))
     ]

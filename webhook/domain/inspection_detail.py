@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.domain import grouping, keys, placement
-from webhook.domain.attachments import Phase
 from webhook.domain.capacity import IN_FLIGHT, free_local
 from webhook.domain.model import Group, Member, Node, Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.wire.fabric_attachment import Phase
 
 NVLINK = "nvlink"  # a multi-node NVLink clique (nvidia.com/gpu.clique): trays of one rack
 FABRIC = "fabric"  # a composable pool (imex-webhook.io/fabric-zone): nodes that take GPUs from the fabric

@@ -6,7 +6,10 @@ driver and GPU Feature Discovery (labels they write), and with our own node agen
 
 from __future__ import annotations
 
-PREFIX = "imex-webhook.io"
+from webhook.wire import PREFIX as PREFIX
+from webhook.wire import gpu_inventory
+
+INVENTORY_ANNOTATION = gpu_inventory.ANNOTATION  # the GPU inventory our node agent publishes
 
 # Written by users (or by us at admission) on pods.
 GROUP_ANNOTATION = f"{PREFIX}/group"
@@ -27,9 +30,7 @@ DOMAIN_LABEL = f"{PREFIX}/domain"
 
 # How many fabric GPUs a node can still take (free PCIe/CXL slots); absent means none.
 FABRIC_SLOTS_ANNOTATION = f"{PREFIX}/fabric-slots"
-# Written by our node agent: the GPU inventory (JSON; GPUs being released carry "releasing": true, and the
-# extender stops counting them) and the fabric health label.
-INVENTORY_ANNOTATION = f"{PREFIX}/gpus"
+# Written by our node agent: the fabric health label.
 HEALTH_LABEL = f"{PREFIX}/fabric-health"
 REDFISH_SYSTEM_ANNOTATION = f"{PREFIX}/redfish-system"
 

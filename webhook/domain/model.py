@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from webhook.domain.attachments import Attachment
+from webhook.wire.fabric_attachment import Attachment
 
 ObjectKey = tuple[str, str]  # (namespace, name)
 

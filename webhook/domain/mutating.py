@@ -52,12 +52,12 @@ from typing import Any
 
 from webhook import __version__
 from webhook.domain import grouping, keys, parsing
-from webhook.domain.limits import shown
 from webhook.domain.model import Catalog, Node, Pod
 from webhook.domain.patches import APPEND, PatchBuilder, dotted
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
 from webhook.wire.admission import JSONPatchOp
+from webhook.wire.text import clip, shown
 
 GROUP_ID_ANNOTATION = keys.GROUP_ID_ANNOTATION
 MUTATED_MARKER = f"v{__version__}"
@@ -79,6 +79,7 @@ _READABLE = re.compile(
 _SLUG_JUNK = re.compile(r"[^-A-Za-z0-9.]+")
 _DIGEST_CHARS = 16
 MESSAGE_MAX = 1024  # characters of a denial message: kube-apiserver hands it to the user as is
+WARNING_MAX = 256  # kube-apiserver may truncate warnings over 256 characters; cut them ourselves, visibly
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def might_be_group(obj: Any) -> bool:
 
 
 def _deny(message: str, reason: str, group_id: str | None, warnings: list[str]) -> MutationResult:
-    return MutationResult(False, (), tuple(warnings), _short(message, MESSAGE_MAX), group_id, "denied", reason)
+    return MutationResult(False, (), tuple(warnings), clip(message, MESSAGE_MAX), group_id, "denied", reason)
 
 
 def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapping[str, Node],
@@ -137,7 +138,7 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if size_problem:
         return _deny(size_problem, "bad-group-size", None, [])
     resolution = grouping.resolve(pod, catalog, policy)
-    warnings = [_short(w) for w in resolution.warnings]
+    warnings = [clip(w, WARNING_MAX) for w in resolution.warnings]
     group = resolution.group
     if resolution.problems:
         return _deny("; ".join(resolution.problems), "conflicting-group", group.id if group else None, warnings)
@@ -254,11 +255,7 @@ def _schedule_with(patch: PatchBuilder, scheduler: str, warnings: list[str]) -> 
         else:
             patch.replace(("spec", "schedulerName"), scheduler)
         return True
-    warnings.append(_short(f"spec.schedulerName {shown(current)} left as is: only {scheduler!r} reserves a domain "
-                           "for the whole group"))
+    warnings.append(clip(f"spec.schedulerName {shown(current)} left as is: only {scheduler!r} reserves a domain "
+                         "for the whole group", WARNING_MAX))
     return False
 
-
-def _short(text: str, limit: int = 256) -> str:
-    """kube-apiserver may truncate warnings over 256 characters; cut them ourselves, visibly."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,7 +3,7 @@
 Objects from the API server are trusted to be well formed Kubernetes, but request bodies are not: every
 shape problem raises ``WireError`` with the path of the field, so a malformed request becomes a 400 that
 names it. Unknown fields are ignored, as Kubernetes clients do. Strings are bounded by Kubernetes' own
-validation limits (``webhook.domain.limits``) and quantities parsed exactly as Kubernetes parses them
+validation limits (``webhook.wire.fields``) and quantities parsed exactly as Kubernetes parses them
 (``webhook.domain.quantity``), so a hostile value is a clear 400, never an exception of another kind.
 """
 
@@ -14,17 +14,8 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-import orjson
-
 from webhook.domain import keys, workload_refs
 from webhook.domain import quantity as quantities
-from webhook.domain.fields import annotation_map as _annotations
-from webhook.domain.fields import label_map as _labels
-from webhook.domain.fields import list_ as _list
-from webhook.domain.fields import map_ as _map
-from webhook.domain.fields import ours as _ours
-from webhook.domain.fields import str_ as _str
-from webhook.domain.limits import NAME_MAX, shown
 from webhook.domain.model import (
     ClaimSpec,
     ComputeDomain,
@@ -36,6 +27,17 @@ from webhook.domain.model import (
     PodClaim,
 )
 from webhook.errors import WireError
+from webhook.wire import gpu_inventory
+from webhook.wire.fields import NAME_MAX
+from webhook.wire.fields import annotation_map as _annotations
+from webhook.wire.fields import int_ as _int
+from webhook.wire.fields import label_map as _labels
+from webhook.wire.fields import list_ as _list
+from webhook.wire.fields import map_ as _map
+from webhook.wire.fields import str_ as _str
+from webhook.wire.text import shown
+
+_OURS = f"{keys.PREFIX}/"
 
 
 def quantity(value: Any, path: str) -> Decimal:
@@ -111,16 +113,20 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
 
 def releasing_gpus(inventory: str | None) -> int:
     """GPUs our node agent is releasing (still in allocatable until the device plugin recounts): no new
-    pod may be offered them. A missing or unreadable inventory withholds nothing."""
+    pod may be offered them. A missing or unreadable inventory withholds nothing, and must not stop the
+    watch that carries the node."""
     if not inventory:
         return 0
     try:
-        # orjson, not json: json's decoder recurses, and a deeply nested annotation exhausted the stack.
-        doc = orjson.loads(inventory)
-    except orjson.JSONDecodeError:
-        return 0  # an unreadable inventory withholds nothing, and must not stop the watch that carries the node
-    gpus = doc.get("gpus") if isinstance(doc, dict) else None
-    return sum(1 for g in gpus if isinstance(g, dict) and g.get("releasing") is True) if isinstance(gpus, list) else 0
+        return gpu_inventory.releasing(gpu_inventory.parse(inventory))
+    except WireError:
+        return 0
+
+
+def _ours(values: dict[str, str]) -> dict[str, str]:
+    # A pod is kept (embedded mode learns pods from requests): of its labels and annotations, only the
+    # imex-webhook.io/ ones are ever read, and only they are kept.
+    return {k: v for k, v in values.items() if k.startswith(_OURS)}
 
 
 def _container_gpus(container: Any, path: str) -> int:
@@ -282,9 +288,7 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
     spec = _map(obj.get("spec"), f"{path}.spec")
     channel = _map(spec.get("channel"), f"{path}.spec.channel")
     rct = _map(channel.get("resourceClaimTemplate"), f"{path}.spec.channel.resourceClaimTemplate")
-    num = spec.get("numNodes", 0)
-    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
-        raise WireError(f"{path}.spec.numNodes", f"expected a non-negative integer, got {num!r}")
+    num = _int(spec.get("numNodes"), f"{path}.spec.numNodes")
     return ComputeDomain(
         namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
         name=_str(meta.get("name"), f"{path}.metadata.name"),

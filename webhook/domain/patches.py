@@ -1,7 +1,8 @@
 """RFC 6902 JSON Patch building against a document that is never copied or changed.
 
-Admission webhooks should patch only the fields they own and never rewrite whole arrays
-(reference/extender-webhook.md section 2.7), so this module only *adds*:
+A mutating webhook shares the pod with other webhooks and with its own reinvocations
+(``reinvocationPolicy: IfNeeded``, docs/ADMISSION.md): it should patch only the fields it owns and never
+rewrite a whole array another webhook may have extended, so this module only *adds*:
 
 - ``PatchBuilder.add(path, value)`` puts ``value`` at ``path``; a last token ``"-"`` appends to a list.
   Parents that are absent or ``null`` are created by one ``add`` of the smallest missing parent

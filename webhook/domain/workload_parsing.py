@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.domain.fields import list_, map_, str_
-from webhook.domain.limits import shown
 from webhook.domain.model import (
     ControllerObject,
     GangGroup,
@@ -34,6 +32,8 @@ from webhook.domain.model import (
 )
 from webhook.domain.parsing import effective_gpus
 from webhook.errors import WireError
+from webhook.wire.fields import list_, map_, str_
+from webhook.wire.text import shown
 
 INT32_MAX = 2**31 - 1  # every count these APIs have is an int32
 

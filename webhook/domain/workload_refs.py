@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.domain import keys
-from webhook.domain.fields import map_, str_
-from webhook.domain.limits import NAME_MAX
 from webhook.domain.model import WorkloadRefs
+from webhook.wire.fields import NAME_MAX, map_, str_
 
 RAW_MAX = 64  # characters of a size annotation kept, enough to quote it in a message
 # A pod in a controller's group carries at least one of these labels (the annotations come with them).

@@ -1,10 +1,11 @@
 """POST /mutate: the mutating admission webhook (AdmissionReview ``admission.k8s.io/v1``).
 
-Translation only; the verdict comes from ``webhook.domain.admission_review`` and ``mutating``, over the
-cached catalog and nodes (no API call, nothing written, so ``sideEffects: None`` holds and ``dryRun``
-needs no special case). A malformed review gets a 400 JSON error naming the field (``timed``); our own
-failure denies a pod that may belong to a group (never admits it unmodified: it would go to
-default-scheduler) and counts in ``imex_webhook_internal_errors_total``.
+Translation only: the envelope is ``webhook.wire.admission``; the verdict comes from
+``webhook.domain.admission_review`` and ``mutating``, over the cached catalog and nodes (no API call,
+nothing written, so ``sideEffects: None`` holds and ``dryRun`` needs no special case). A malformed review
+gets a 400 JSON error naming the field (``timed``); our own failure denies a pod that may belong to a
+group (never admits it unmodified: it would go to default-scheduler) and counts in
+``imex_webhook_internal_errors_total``.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from flask import Blueprint, Response
 from webhook.domain import admission_review
 from webhook.errors import WireError
 from webhook.http.common import Services, answered, json_body, services
+from webhook.state.decision_log import log as decisions
+from webhook.wire import admission
 
 log = logging.getLogger(__name__)
-decisions = logging.getLogger("imex_webhook.decisions")
 blueprint = Blueprint("admission", __name__)
 
 
 def mutate_answer(doc: Any, svc: Services) -> bytes:
     """The AdmissionReview reply for one decoded body (served by Flask below and by webhook.http.fast)."""
-    review = admission_review.parse(doc)
+    review = admission.parse(doc)
     try:
         snapshot = svc.engine.snapshot()
         result = admission_review.admit(review, snapshot.catalog, snapshot.nodes, svc.engine.policy)

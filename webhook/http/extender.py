@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response
 
-from webhook.domain.limits import NAME_MAX, shown
 from webhook.errors import DecisionError, WireError
 from webhook.http.common import Services, answered, json_body, services
 from webhook.http.extender_args import ParsedArgs, ParsedPreemption, parse_args, parse_preemption_args
@@ -29,6 +28,8 @@ from webhook.wire.extender import (
     MetaVictims,
     NodeList,
 )
+from webhook.wire.fields import NAME_MAX
+from webhook.wire.text import shown
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("extender", __name__)

@@ -15,11 +15,12 @@ from typing import Any
 import orjson
 
 from webhook.domain import candidates, parsing
-from webhook.domain.limits import NAME_MAX, shown
 from webhook.domain.model import Node, Pod
 from webhook.errors import WireError
 from webhook.http.common import Services
 from webhook.wire.extender import KubeObject
+from webhook.wire.fields import NAME_MAX
+from webhook.wire.text import shown
 
 
 class ParsedArgs:

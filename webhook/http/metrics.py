@@ -11,12 +11,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webhook.domain import filtering
-from webhook.domain.attachments import Phase
 from webhook.domain.capacity import attachable, free_local
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.state.engine import Engine
 from webhook.state.events import DROP_REASONS
+from webhook.wire.fabric_attachment import Phase
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,10 @@ class Metrics:
 
     def count_refused(self, received: bytes, status: int) -> None:
         """A reply the server wrote itself, counted under the path of the request line it had received."""
+        # A request line refused for its length arrives cut short, without its HTTP version: the path
+        # before the query is still whole, and it names the route.
         parts = received.split(b"\r\n", 1)[0].split(b" ")
-        target = parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) == 3 else ""
+        target = parts[1].split(b"?", 1)[0].decode("latin-1") if 2 <= len(parts) <= 3 else ""
         self.count("/" + target.lstrip("/") if target else "", status)  # "//filter" is /filter to the app
 
     # The fabric Observer protocol (webhook.state.fabric): the attacher and the reconciler report here.

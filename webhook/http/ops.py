@@ -6,8 +6,9 @@ from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.domain import inspection
-from webhook.domain.limits import cut, redact_urls
+from webhook.domain.limits import redact_urls
 from webhook.http.common import json_response, services
+from webhook.wire.text import clip
 
 blueprint = Blueprint("ops", __name__)
 
@@ -24,7 +25,7 @@ def readyz() -> Response:
     checks.update({name: check() for name, check in svc.checks.items()})
     ok = all(passed for passed, _ in checks.values())
     # Anonymous callers read this (kubelet's probe): no URL's credentials, no unbounded error text.
-    body = {"ready": ok, "checks": {name: {"ok": p, "detail": cut(redact_urls(d), 512)}
+    body = {"ready": ok, "checks": {name: {"ok": p, "detail": clip(redact_urls(d), 512)}
                                     for name, (p, d) in checks.items()}}
     return json_response(body, 200 if ok else 503)
 

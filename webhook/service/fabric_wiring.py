@@ -4,16 +4,16 @@ attach before bind, the reconciler, the free-blocks feed, and in embedded mode t
 ``--fabric none``: nothing here runs; a pod that would need fabric GPUs is refused at bind with that
 reason. ``--fabric embedded``: the composition simulator serves the demo inventory in this process and
 simulated node agents (the real hot-add and release code over a fake NVML and sysfs) drive attachments
-to Ready and Released, as DaemonSet agents do in a cluster. ``--fabric URL``: a real Redfish service.
+to Ready and Released, as DaemonSet agents do in a cluster; both come from ``webhook.composition``
+(:class:`webhook.service.embedded_parts.EmbeddedParts`). ``--fabric URL``: a real Redfish service.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import queue
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,15 @@ import yaml
 from webhook.adapters.redfish.auth import AUTH_MODES, AuthMode
 from webhook.adapters.redfish.client import RedfishClient
 from webhook.adapters.redfish.fabric import RedfishFabric
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.fabric_plan import Timeouts
-from webhook.errors import ImexWebhookError, StoreConflict
+from webhook.errors import ImexWebhookError
 from webhook.http.metrics import Metrics
-from webhook.sim.agents import SimulatedNodeAgents
-from webhook.sim.fabric import inventory as sim_inventory
-from webhook.sim.fabric.server import RunningSim, start_in_thread
+from webhook.service.embedded_parts import EmbeddedParts, RunningFabric, Stoppable
 from webhook.state.backend import Backend
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
-from webhook.state.fabric import FabricAttacher, MemoryAttachmentStore, Observer
+from webhook.state.fabric import MemoryAttachmentStore, Observer
+from webhook.state.fabric_attacher import FabricAttacher
 from webhook.state.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -46,8 +44,8 @@ class FabricConfigError(ImexWebhookError):
 class FabricParts:
     fabric: RedfishFabric
     reconciler: Reconciler
-    sim: RunningSim | None = None
-    agents: EmbeddedAgents | None = None
+    sim: RunningFabric | None = None
+    agents: Stoppable | None = None
     _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def stop(self) -> None:
@@ -102,63 +100,20 @@ def read_credentials(path: Path | None) -> FabricCredentials:
     return FabricCredentials(doc["username"], doc["password"], auth)
 
 
-class EmbeddedAgents:
-    """The simulated node agents, run like DaemonSet agents: they react to attachment changes in their own
-    thread (as a watch would deliver them), never inside the writer's call."""
-
-    def __init__(self, store: MemoryAttachmentStore, cluster: ClusterStore, node_objects: list[dict[str, Any]]):
-        self.store = store
-        self.agents = SimulatedNodeAgents(node_objects,
-                                          on_node_change=lambda node: cluster.apply("Node", "MODIFIED", node))
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        store.subscribe(lambda att: self._queue.put(att.name))
-        self._thread = threading.Thread(target=self._run, name="simulated-node-agents", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (name := self._queue.get()) is not None:
-            try:
-                self._handle(name)
-            except Exception:  # one bad attachment must not stop the simulated agents
-                log.exception("simulated node agent failed on %s", name)
-
-    def _handle(self, name: str) -> None:
-        current = self.store.get(name)
-        if current is None:
-            return
-        if current.phase is Phase.ATTACHED:
-            self._write(current, self.agents.on_attached(current))
-        elif current.phase is Phase.RELEASING and not current.released:
-            self._write(current, self.agents.on_releasing(current))
-        elif current.phase is Phase.DETACHED:
-            self.agents.on_detached(current)
-
-    def _write(self, current: Attachment, result: Attachment) -> None:
-        # The agent owns the status fields it reports; the rest stays as the store has it.
-        update = replace(current, phase=result.phase, blocks=result.blocks, conditions=result.conditions,
-                         message=result.message, phase_since=result.phase_since or current.phase_since)
-        try:
-            self.store.update(update)
-        except StoreConflict:
-            self._queue.put(current.name)  # changed meanwhile: look again
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=5)
-        self.agents.close()
-
-
 def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, observer: Observer, *,
           credentials: Path | None = None, ca: Path | None = None, refresh: float = 5.0,
-          timeouts: Timeouts | None = None, node_objects: list[dict[str, Any]] | None = None) -> FabricParts | None:
+          timeouts: Timeouts | None = None, node_objects: list[dict[str, Any]] | None = None,
+          embedded: EmbeddedParts | None = None) -> FabricParts | None:
+    """``embedded``: what ``--fabric embedded`` runs on (required for it)."""
     if fabric == "none":
         return None
-    sim: RunningSim | None = None
+    sim: RunningFabric | None = None
     verify: str | bool
     if fabric == "embedded":
-        inv = sim_inventory.demo()
-        sim = start_in_thread(inv)
-        url, creds, verify = sim.url, FabricCredentials(inv.credentials.username, inv.credentials.password), True
+        if embedded is None:
+            raise FabricConfigError("--fabric embedded: this command was started without the simulators")
+        sim = embedded.start_fabric()
+        url, creds, verify = sim.url, FabricCredentials(sim.username, sim.password), True
     else:
         url, creds = fabric, read_credentials(credentials)
         verify = str(ca) if ca else True
@@ -173,8 +128,8 @@ def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, ob
     # A worker that exits (SIGTERM, a restart) logs out instead of leaving its session to time out on the
     # fabric manager, whose session slots are few.
     atexit.register(parts.stop)
-    if isinstance(backend.attachments, MemoryAttachmentStore):
-        parts.agents = EmbeddedAgents(backend.attachments, store, node_objects or [])
+    if isinstance(backend.attachments, MemoryAttachmentStore) and embedded is not None:
+        parts.agents = embedded.start_node_agents(backend.attachments, store, node_objects or [])
     redfish.feed(store, refresh)
     reconciler.start(interval=max(1.0, refresh))
     log.info("fabric mode: %s (%s)", "embedded simulator" if sim else "Redfish service", url)

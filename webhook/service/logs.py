@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import orjson
 
 from webhook.domain.limits import redact_urls
+from webhook.wire.timestamps import rfc3339
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": rfc3339(record.created, "ms"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": redact_urls(record.getMessage()),

@@ -18,7 +18,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import issue as cert_issue
-from webhook.service.settings import Settings, SettingsError
+from webhook.errors import SettingsError
+from webhook.service.settings import Settings
 from webhook.service.tls import TlsFiles, server_context
 
 

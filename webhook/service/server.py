@@ -39,10 +39,11 @@ from certs import issue as cert_issue
 from webhook.adapters import embedded as embedded_backend
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.policy import Policy
-from webhook.errors import ImexWebhookError
+from webhook.errors import ImexWebhookError, SettingsError
 from webhook.http.app import create_app
 from webhook.service import callers, fabric_wiring, preflight
-from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, SettingsError, default_max_buffered
+from webhook.service.embedded_parts import EmbeddedParts
+from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, default_max_buffered
 from webhook.service.tls import Contexts, TlsFiles, server_context
 from webhook.service.worker import Limits, Worker
 from webhook.state.backend import Backend
@@ -95,20 +96,23 @@ def tls_check(files: TlsFiles) -> Callable[[], tuple[bool, str]]:
     return check
 
 
-def build_backend(settings: Settings, store: ClusterStore,
-                  cluster_objects: list[dict[str, Any]] | None = None) -> Backend:
-    """``cluster_objects``: the --cluster files as the start-up checks parsed them (read once)."""
+def build_backend(settings: Settings, store: ClusterStore, cluster_objects: list[dict[str, Any]] | None = None,
+                  embedded: EmbeddedParts | None = None) -> Backend:
+    """``cluster_objects``: the --cluster files as the start-up checks parsed them (read once);
+    ``embedded``: the demo topology for the embedded mode without --cluster files."""
     if settings.embedded:
-        from webhook.adapters import embedded
-
         if cluster_objects is not None:
-            return embedded.EmbeddedBackend(store, cluster_objects,
-                                            ", ".join(str(p) for p in settings.cluster_files), settings.pod_ttl)
+            return embedded_backend.EmbeddedBackend(store, cluster_objects,
+                                                    ", ".join(str(p) for p in settings.cluster_files),
+                                                    settings.pod_ttl)
         if settings.cluster_files:
-            return embedded.from_files(store, list(settings.cluster_files), settings.pod_ttl)
-        return embedded.from_demo(store, settings.pod_ttl)
+            return embedded_backend.from_files(store, list(settings.cluster_files), settings.pod_ttl)
+        if embedded is None:
+            raise SettingsError("no --cluster files, and this command was started without the demo topology")
+        return embedded_backend.EmbeddedBackend(store, embedded.demo_cluster(), "the built-in demo topology",
+                                                settings.pod_ttl)
     from webhook.adapters.kube import backend as kube
-    from webhook.adapters.kube.watch import WatchSettings
+    from webhook.adapters.kube.watch_settings import WatchSettings
 
     return kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster, store,
                         settings.holder, label_nodes=True,
@@ -116,11 +120,12 @@ def build_backend(settings: Settings, store: ClusterStore,
 
 
 def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None,
-          cluster_objects: list[dict[str, Any]] | None = None) -> tuple[Flask, Engine, Backend]:
+          cluster_objects: list[dict[str, Any]] | None = None,
+          embedded: EmbeddedParts | None = None) -> tuple[Flask, Engine, Backend]:
     """Everything one worker serves: the cluster source, the engine and the app (started)."""
     policy: Policy = settings.policy
     store = ClusterStore(policy)
-    backend = build_backend(settings, store, cluster_objects)
+    backend = build_backend(settings, store, cluster_objects, embedded)
     engine = Engine(store, backend.reservations, backend.binder, policy, holder=settings.holder,
                     bind_budget=settings.bind_budget)
     backend.start()
@@ -131,10 +136,10 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
         app.extensions["imex"].metrics.registry.register(labeller.counter)
     nodes = backend.node_objects() if isinstance(backend, embedded_backend.EmbeddedBackend) else []
     parts = fabric_wiring.start(settings.fabric, store, backend, engine, app.extensions["imex"].metrics,
-                        credentials=settings.fabric_credentials, ca=settings.fabric_ca,
-                        refresh=settings.fabric_refresh,
-                        timeouts=Timeouts(attach=settings.attach_timeout, orphan_grace=settings.orphan_grace),
-                        node_objects=nodes)
+                                credentials=settings.fabric_credentials, ca=settings.fabric_ca,
+                                refresh=settings.fabric_refresh,
+                                timeouts=Timeouts(attach=settings.attach_timeout, orphan_grace=settings.orphan_grace),
+                                node_objects=nodes, embedded=embedded)
     if parts is not None:
         app.extensions["imex"].checks["fabric"] = parts.fabric.ready
     _start_housekeeping(engine, settings.housekeeping_interval)
@@ -202,8 +207,9 @@ def _bind_problem(bind: str, exc: OSError) -> str:
 
 class _Server(BaseApplication):  # type: ignore[misc]
     def __init__(self, settings: Settings, cert: Path, key: Path,
-                 checked: preflight.Checked | None = None) -> None:
+                 checked: preflight.Checked | None = None, embedded: EmbeddedParts | None = None) -> None:
         self.settings = settings
+        self.embedded_parts = embedded
         self.cert = cert
         self.key = key
         self.checked = checked or preflight.Checked(TlsFiles(cert, key, settings.client_ca))
@@ -279,7 +285,8 @@ class _Server(BaseApplication):  # type: ignore[misc]
     def load(self) -> Flask:
         # Runs in each worker after the fork: watch threads and caches must live in the worker.
         try:
-            app, _, _ = build(self.settings, tls_check(self.checked.tls), self.checked.cluster_objects)
+            app, _, _ = build(self.settings, tls_check(self.checked.tls), self.checked.cluster_objects,
+                              self.embedded_parts)
         except (ImexWebhookError, OSError, ValueError, RuntimeError) as exc:
             # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.
             raise AppImportError(f"imex-webhook serve: cannot start: {preflight.one_line(str(exc))}") from exc
@@ -302,15 +309,16 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, embedded: EmbeddedParts | None = None) -> int:
     """Check every input, bind, then serve until stopped. Raises SettingsError (exit status 2) for an input
-    that cannot work, before anything is started."""
+    that cannot work, before anything is started. ``embedded``: what the embedded mode runs on (the demo
+    topology, the fabric simulator and its node agents), from ``webhook.composition``."""
     try:
         cert, key, _ = tls_files(settings)
     except (cert_issue.CertError, OSError) as exc:
         raise SettingsError(f"--tls-dir {settings.tls_dir}: {preflight.one_line(str(exc))}") from None
     checked = preflight.check(settings, cert, key)
-    server = _Server(settings, cert, key, checked)
+    server = _Server(settings, cert, key, checked, embedded)
     server.bind()
     log.info("imex-webhook serving https://%s (%s mode); settings: %s", settings.bind,
              "embedded" if settings.embedded else "kubernetes", settings.redacted())

@@ -9,11 +9,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook.domain import keys
+from webhook.adapters.embedded import DEFAULT_POD_TTL
+from webhook.adapters.kube.watch_settings import WatchSettings
+from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.limits import redact_url
 from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT, Policy
-from webhook.errors import ImexWebhookError
+from webhook.errors import SettingsError
 from webhook.http.app import DEFAULT_MAX_BODY
+
+__all__ = ["Settings", "SettingsError", "add_arguments", "from_args"]
 
 DEFAULT_BIND = "127.0.0.1:8443"
 # kube-scheduler's default extender httpTimeout is 5 s; the bind budget (attach + binding) must stay under
@@ -29,6 +33,8 @@ DEFAULT_BODY_TIMEOUT = 30.0
 KEEPALIVE = 75.0  # kube-scheduler and kube-apiserver keep connections open between calls
 # Request bytes held for requests still arriving, all connections together (None: the default below).
 MIN_MAX_BUFFERED = 256 * 1024 * 1024
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def default_max_buffered(max_body: int) -> int:
@@ -58,8 +64,9 @@ class Settings:
     fabric_credentials: Path | None = None
     fabric_ca: Path | None = None
     fabric_refresh: float = 5.0
-    attach_timeout: float = 120.0
-    orphan_grace: float = 60.0
+    # The reconciler's own defaults (webhook/domain/fabric_plan.py), not a copy of their numbers.
+    attach_timeout: float = Timeouts().attach
+    orphan_grace: float = Timeouts().orphan_grace
     max_body: int = DEFAULT_MAX_BODY
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
@@ -68,8 +75,8 @@ class Settings:
     max_buffered: int | None = None
     bind_budget: float = DEFAULT_BIND_BUDGET
     housekeeping_interval: float = 30.0
-    pod_ttl: float = 600.0
-    watch_stall_timeout: float = 300.0
+    pod_ttl: float = DEFAULT_POD_TTL
+    watch_stall_timeout: float = WatchSettings().stall_timeout
     log_format: str = "plain"
     log_level: str = "info"
     access_log: bool = False
@@ -89,23 +96,25 @@ class Settings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``serve``; every default is the one :class:`Settings` (or :class:`Policy`) holds."""
+    d, policy = Settings, Policy()
     net = parser.add_argument_group("server")
-    net.add_argument("--bind", default=DEFAULT_BIND, help="HOST:PORT to listen on (default %(default)s)")
-    net.add_argument("--workers", type=int, default=1,
+    net.add_argument("--bind", default=d.bind, help="HOST:PORT to listen on (default %(default)s)")
+    net.add_argument("--workers", type=int, default=d.workers,
                      help="gunicorn worker processes: 1, the only value accepted (each worker would hold its own "
                           "caches and state); scale with replicas in Kubernetes mode, --threads in one process")
-    net.add_argument("--threads", type=int, default=8, help="threads per worker (gthread; default %(default)s)")
-    net.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY,
+    net.add_argument("--threads", type=int, default=d.threads, help="threads per worker (gthread; default %(default)s)")
+    net.add_argument("--max-body", type=int, default=d.max_body,
                      help="largest request body in bytes (default %(default)s, room for a 5,000-node NodeList)")
-    net.add_argument("--bind-budget", type=float, default=DEFAULT_BIND_BUDGET,
+    net.add_argument("--bind-budget", type=float, default=d.bind_budget,
                      help="seconds /bind may spend (attach + binding); keep below the extender httpTimeout")
-    net.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT, metavar="S",
+    net.add_argument("--handshake-timeout", type=float, default=d.handshake_timeout, metavar="S",
                      help="seconds a client has for the TLS handshake (default %(default)s)")
-    net.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT, metavar="S",
+    net.add_argument("--header-timeout", type=float, default=d.header_timeout, metavar="S",
                      help="seconds a client has to send a request head (default %(default)s)")
-    net.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT, metavar="S",
+    net.add_argument("--body-timeout", type=float, default=d.body_timeout, metavar="S",
                      help="seconds a client has to send a request body after its head (default %(default)s)")
-    net.add_argument("--max-buffered", type=int, metavar="BYTES",
+    net.add_argument("--max-buffered", type=int, default=d.max_buffered, metavar="BYTES",
                      help="request bytes held for requests still arriving, all connections together; beyond it "
                           "their bodies wait (default: 4 x --max-body, at least 256 MiB)")
     net.add_argument("--access-log", action="store_true", help="log every HTTP request")
@@ -120,53 +129,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--client-ca", type=Path, metavar="FILE",
                      help="CA of the clients that may call /filter, /prioritize, /bind and /preempt (the "
                           "scheduler's client certificate); without it those verbs answer any caller")
-    tls.add_argument("--service-name", default="imex-webhook", help="Service name for the certificate SANs")
-    tls.add_argument("--namespace", default="imex-system", help="namespace for the certificate SANs")
+    tls.add_argument("--service-name", default=d.service_name, help="Service name for the certificate SANs")
+    tls.add_argument("--namespace", default=d.namespace, help="namespace for the certificate SANs")
     src = parser.add_argument_group("cluster state")
     src.add_argument("--kubeconfig", type=Path, help="use the Kubernetes API from this kubeconfig")
     src.add_argument("--in-cluster", action="store_true", help="use the in-cluster service account")
     src.add_argument("--cluster", type=Path, action="append", default=[], metavar="FILE",
                      help="embedded mode: Kubernetes objects (YAML/JSON, List or multi-document); repeatable")
-    src.add_argument("--fabric", default="none",
+    src.add_argument("--fabric", default=d.fabric,
                      help="fabric manager: a Redfish service URL, 'embedded' (the built-in simulator) or 'none'")
     src.add_argument("--fabric-credentials", type=Path, metavar="FILE",
                      help="Redfish credentials: 'user:password' or YAML {username, password}")
     src.add_argument("--fabric-ca", type=Path, metavar="FILE", help="CA that signed the Redfish service's certificate")
-    src.add_argument("--fabric-refresh", type=float, default=5.0,
+    src.add_argument("--fabric-refresh", type=float, default=d.fabric_refresh,
                      help="seconds between fabric inventory refreshes and reconcile rounds (default %(default)s)")
-    src.add_argument("--attach-timeout", type=float, default=120.0,
+    src.add_argument("--attach-timeout", type=float, default=d.attach_timeout,
                      help="seconds from attach start to Ready before an attach is rolled back (default %(default)s)")
-    src.add_argument("--orphan-grace", type=float, default=60.0,
+    src.add_argument("--orphan-grace", type=float, default=d.orphan_grace,
                      help="seconds a composed block no attachment accounts for is left alone before it is "
                           "detached (default %(default)s)")
-    src.add_argument("--watch-stall-timeout", type=float, default=300.0,
+    src.add_argument("--watch-stall-timeout", type=float, default=d.watch_stall_timeout,
                      help="Kubernetes mode: seconds a watch may make no progress (no list, event, bookmark or "
                           "re-watch; an idle open watch is not stalled) before /readyz turns false "
                           "(default %(default)s)")
     pol = parser.add_argument_group("policy")
     pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
                      help="node label naming the domain; repeatable, first present wins "
-                          f"(default {', '.join(keys.DEFAULT_DOMAIN_LABELS)})")
+                          f"(default {', '.join(policy.domain_labels)})")
     pol.add_argument("--channel-device-class", action="append", default=[], metavar="CLASS",
                      help="DeviceClass of IMEX channels; repeatable "
-                          f"(default {', '.join(keys.DEFAULT_CHANNEL_DEVICE_CLASSES)})")
-    pol.add_argument("--scheduler-name", default="imex-scheduler", help="the dedicated scheduler profile")
-    pol.add_argument("--reservation-ttl", type=float, default=600.0,
+                          f"(default {', '.join(policy.channel_device_classes)})")
+    pol.add_argument("--scheduler-name", default=policy.scheduler_name, help="the dedicated scheduler profile")
+    pol.add_argument("--reservation-ttl", type=float, default=policy.reservation_ttl,
                      help="seconds a reservation lives with no member placed (default %(default)s; at least "
                           f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")
-    pol.add_argument("--housekeeping-interval", type=float, default=30.0,
+    pol.add_argument("--housekeeping-interval", type=float, default=d.housekeeping_interval,
                      help="seconds between passes that release the domains of finished groups and expired "
                           "reservations (default %(default)s)")
-    pol.add_argument("--pod-ttl", type=float, default=600.0,
+    pol.add_argument("--pod-ttl", type=float, default=d.pod_ttl,
                      help="embedded mode: seconds an unbound pod learnt from requests is kept after the last "
                           "request naming it (default %(default)s)")
     out = parser.add_argument_group("logging")
-    out.add_argument("--log-format", choices=("plain", "json"), default="plain")
-    out.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-
-
-class SettingsError(ImexWebhookError):
-    """A command line or an input it names that ``serve`` cannot start with; the message is one line."""
+    out.add_argument("--log-format", choices=LOG_FORMATS, default=d.log_format)
+    out.add_argument("--log-level", choices=LOG_LEVELS, default=d.log_level)
 
 
 def _one_worker(ns: argparse.Namespace) -> str:
@@ -221,9 +226,10 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError(f"--watch-stall-timeout {ns.watch_stall_timeout:g}: expected a positive number of seconds")
     if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0 or ns.orphan_grace < 0:
         raise SettingsError("--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative")
+    defaults = Policy()
     policy = Policy(
-        domain_labels=tuple(ns.domain_label) or keys.DEFAULT_DOMAIN_LABELS,
-        channel_device_classes=tuple(ns.channel_device_class) or keys.DEFAULT_CHANNEL_DEVICE_CLASSES,
+        domain_labels=tuple(ns.domain_label) or defaults.domain_labels,
+        channel_device_classes=tuple(ns.channel_device_class) or defaults.channel_device_classes,
         scheduler_name=ns.scheduler_name,
         reservation_ttl=ns.reservation_ttl,
     )

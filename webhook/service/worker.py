@@ -35,7 +35,7 @@ from gunicorn.workers import gthread
 
 from webhook.service import framing
 
-log = logging.getLogger("imex_webhook.serve")
+log = logging.getLogger(__name__)
 
 HANDSHAKE, IDLE, HEAD, BODY, SERVING, CLOSING = "handshake", "idle", "head", "body", "serving", "closing"
 RECV_SIZE = 64 * 1024

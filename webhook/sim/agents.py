@@ -1,6 +1,6 @@
 """Simulated node agents for the embedded ``serve`` mode: no node, no NVML, no API server, yet the real
-hot-add and release code runs, against a fake pynvml and a fake kernel per node (``nvml_sim``,
-``host_sim``) and an in-memory Node (``MemoryNodeApi``).
+hot-add and release code runs, against a fake pynvml and a fake kernel per node (``webhook.sim.nvml``,
+``webhook.sim.host``) and an in-memory Node (``MemoryNodeApi``).
 
 The seam for the fabric attach state machine::
 
@@ -14,6 +14,9 @@ Each simulated node starts with the GPUs its Node advertises (``status.allocatab
 in the clique of its ``nvidia.com/gpu.clique`` label if it has one. A fabric GPU of an attachment appears
 at the next PCI rescan; the simulated device plugin re-counts at once when its pod is "deleted", so the
 Node's allocatable follows, and ``on_node_change`` gets every new version of the Node object.
+
+``EmbeddedAgents`` runs them for ``serve``: in a thread of their own, fed by the attachment store's
+changes (``webhook.composition`` hands it to the service).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import copy
 import dataclasses
 import hashlib
 import logging
+import queue
 import shutil
 import tempfile
 import threading
@@ -35,12 +39,15 @@ from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
 from webhook.agent.steps import Deadlines
 from webhook.agent.sysfs import Host
-from webhook.domain import attachments as fa
 from webhook.domain import keys
 from webhook.domain.patches import merge_patch
+from webhook.errors import StoreConflict
 from webhook.sim.host import SimHost
 from webhook.sim.node_scenario import SimFabric, SimGpu, SimNode
 from webhook.sim.nvml import FakePynvml
+from webhook.state.cluster import ClusterStore
+from webhook.state.fabric import MemoryAttachmentStore
+from webhook.wire import fabric_attachment as fa
 
 log = logging.getLogger(__name__)
 NodeCallback = Callable[[dict[str, Any]], None]
@@ -235,3 +242,49 @@ class SimulatedNodeAgents:
             self._agents.clear()
         if self._own_root:
             shutil.rmtree(self._root, ignore_errors=True)
+
+
+class EmbeddedAgents:
+    """The simulated node agents of ``serve``'s embedded mode, run like DaemonSet agents: they react to
+    attachment changes in their own thread (as a watch would deliver them), never inside the writer's call."""
+
+    def __init__(self, store: MemoryAttachmentStore, cluster: ClusterStore, node_objects: list[dict[str, Any]]):
+        self.store = store
+        self.agents = SimulatedNodeAgents(node_objects,
+                                          on_node_change=lambda node: cluster.apply("Node", "MODIFIED", node))
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        store.subscribe(lambda att: self._queue.put(att.name))
+        self._thread = threading.Thread(target=self._run, name="simulated-node-agents", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (name := self._queue.get()) is not None:
+            try:
+                self._handle(name)
+            except Exception:  # one bad attachment must not stop the simulated agents
+                log.exception("simulated node agent failed on %s", name)
+
+    def _handle(self, name: str) -> None:
+        current = self.store.get(name)
+        if current is None:
+            return
+        if current.phase is fa.Phase.ATTACHED:
+            self._write(current, self.agents.on_attached(current))
+        elif current.phase is fa.Phase.RELEASING and not current.released:
+            self._write(current, self.agents.on_releasing(current))
+        elif current.phase is fa.Phase.DETACHED:
+            self.agents.on_detached(current)
+
+    def _write(self, current: fa.Attachment, result: fa.Attachment) -> None:
+        # The agent owns the status fields it reports; the rest stays as the store has it.
+        update = dataclasses.replace(current, phase=result.phase, blocks=result.blocks, conditions=result.conditions,
+                                     message=result.message, phase_since=result.phase_since or current.phase_since)
+        try:
+            self.store.update(update)
+        except StoreConflict:
+            self._queue.put(current.name)  # changed meanwhile: look again
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+        self.agents.close()

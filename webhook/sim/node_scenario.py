@@ -1,5 +1,5 @@
 """A simulated GPU node, loaded from a scenario file (YAML or JSON); the state that the fake pynvml
-(``nvml_sim``) and the fake kernel (``host_sim``: sysfs and procfs) share.
+(``webhook.sim.nvml``) and the fake kernel (``webhook.sim.host``: sysfs and procfs) share.
 
 A scenario describes one node::
 

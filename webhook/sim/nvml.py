@@ -6,7 +6,7 @@ What it models, beyond returning the scenario's values:
   to 1 (sorted by PCI address, as NVML orders them); a GPU hot-added later is seen only after a full
   shutdown and init (unless the scenario sets ``live_enumeration``), and a drained GPU is hidden from
   a new enumeration;
-- a GPU exists for NVML only while the kernel has it enumerated and bound to ``nvidia`` (``host_sim``);
+- a GPU exists for NVML only while the kernel has it enumerated and bound to ``nvidia`` (``webhook.sim.host``);
 - handles are stable objects per GPU; a call on a removed or lost GPU answers GPU_IS_LOST;
 - ``nvmlDeviceGetGpuFabricInfoV`` checks the struct version it is given against the scenario's
   ``fabric_api`` and fills the struct the caller passed by reference;

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from webhook.domain.model import Pod
+from webhook.state.bind import Binder
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Binder
 from webhook.state.fabric import AttachmentStore
 from webhook.state.reservations import ReservationStore
 

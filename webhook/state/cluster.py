@@ -2,60 +2,42 @@
 
 Fed by watch events (Kubernetes mode) or by files and recorded bindings (embedded mode). A node's GPUs are
 its allocatable ``nvidia.com/gpu`` (device plugin) plus the whole GPUs its DRA ResourceSlices publish
-(``webhook.domain.slices``), so DRA-only nodes have capacity too. Every object is
-parsed once when it arrives; per-pod derived facts (group, demand, node) are kept and the aggregates
-(GPUs used per node, members per group, domains) are updated incrementally, so building a snapshot is a
-few shallow copies and happens at most once per change, not once per request.
+(``webhook.state.node_index``), so DRA-only nodes have capacity too. Every object is parsed once when it
+arrives; per-pod derived facts (group, demand, node) are kept and the aggregates (GPUs used per node,
+members per group: ``webhook.state.pod_index``) are updated incrementally, so building a snapshot is a few
+shallow copies and happens at most once per change, not once per request.
 
 One object that cannot be parsed or derived never stops the others: whatever it raises (a ``WireError``,
 or a ``RecursionError``, ``OverflowError``, ``TypeError``... from a field no one foresaw) skips that object
-alone. Skipped objects are kept by kind (``rejected_counts``, the ``imex_webhook_cache_rejected_objects``
-gauge) until a later version parses or they are deleted, and each is logged once per resourceVersion,
-with its name and the offending field, not again on every relist.
+alone (``webhook.state.rejects``).
+
+Every kind is one row of ``_KINDS`` (how it parses, how it is keyed, what to derive again when one changes).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
-from webhook.domain import capacity, grouping, parsing, slices
-from webhook.domain.attachments import Attachment, Phase
-from webhook.domain.model import (
-    Catalog,
-    ClaimSpec,
-    ComputeDomain,
-    Job,
-    Member,
-    Node,
-    ObjectKey,
-    Pod,
-    Reservation,
-    Snapshot,
-)
+from webhook.domain import parsing, slices
+from webhook.domain.model import Catalog, ComputeDomain, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
+from webhook.domain.slices import SliceGpus
 from webhook.errors import WireError
 from webhook.state import workload_tables
+from webhook.state.node_index import NodeIndex
+from webhook.state.pod_index import PodIndex, derive
+from webhook.state.rejects import Rejects
 from webhook.state.workload_tables import WorkloadTables
-
-log = logging.getLogger(__name__)
+from webhook.wire.fabric_attachment import Attachment, Phase
 
 KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice",
          *workload_tables.KINDS)
-_SHOWN = 300  # characters of a rejection's explanation that reach the log
 
-
-@dataclass(frozen=True, slots=True)
-class _Derived:
-    pod: Pod
-    group_id: str | None
-    compute_domain: str | None
-    gpus: int  # what the pod holds on its node while bound and not terminated
-    member: Member | None
+T = TypeVar("T")
 
 
 def _key(obj: Mapping[str, Any]) -> ObjectKey:
@@ -71,49 +53,23 @@ def _version(obj: Mapping[str, Any]) -> str:
     return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
 
 
-def _explain(exc: BaseException) -> str:
-    """The field and the problem for a ``WireError``; the exception's type and text for anything else."""
-    if isinstance(exc, WireError):
-        text = str(exc)
-    else:
-        try:
-            text = f"{type(exc).__name__}: {exc}"
-        except Exception:  # an exception whose str() fails still must not stop the watch
-            text = type(exc).__name__
-    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
-
-
 class ClusterStore:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._lock = threading.RLock()
-        self._nodes: dict[str, Node] = {}  # with the GPUs of the node's DRA slices added
-        self._node_objects: dict[str, Node] = {}  # as parsed from the Node alone
-        self._slices: dict[str, slices.SliceGpus] = {}
-        self._dra_gpus: dict[str, int] = defaultdict(int)
-        self._pods: dict[ObjectKey, _Derived] = {}
-        self._templates: dict[ObjectKey, ClaimSpec] = {}
-        self._claims: dict[ObjectKey, ClaimSpec] = {}
-        self._cds: dict[str, ComputeDomain] = {}
-        self._cd_keys: dict[ObjectKey, str] = {}
-        self._jobs: dict[ObjectKey, Job] = {}
         self._workloads = WorkloadTables()  # PodGroups, Workloads, JobSets, training jobs (docs/GROUPS.md)
-        self._used: dict[str, int] = defaultdict(int)
-        self._node_groups: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._node_cds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._members: dict[str, dict[ObjectKey, Member]] = defaultdict(dict)
+        # The parsed objects of every kind, by key; the workload kinds' tables are those WorkloadTables reads.
+        self._objects: dict[str, dict[ObjectKey, Any]] = {kind: {} for kind in KINDS}
+        self._objects.update(self._workloads.tables)
+        self._node_index = NodeIndex(self._objects["Node"])
+        self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
+        self._index = PodIndex()
         self._fabric_free: dict[str, int] = {}
         self._attachments: dict[str, Attachment] = {}  # by pod UID
-        self._uids: dict[str, ObjectKey] = {}
-        self._reservations: dict[str, Reservation] = {}
         self._synced: dict[str, bool] = {}
         self._version = 0
         self._snapshot: Snapshot | None = None
-        # The nodes and domains of the last snapshot, rebuilt only after a node changed: their identity marks
-        # the node generation that memoized node sets (webhook.state.node_sets) are keyed by.
-        self._node_view: tuple[dict[str, Node], dict[str, tuple[str, ...]]] | None = None
-        # Objects skipped because they could not be parsed or derived, by kind: key -> resourceVersion.
-        self._rejects: dict[str, dict[ObjectKey, str]] = defaultdict(dict)
+        self._rejects = Rejects()
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
 
     # -- feeding -------------------------------------------------------------------------------------
@@ -142,13 +98,12 @@ class ClusterStore:
         objects = list(objects)
         with self._lock:
             present = {_key(o) for o in objects}
+            kept = {_row(kind).table_key(k) for k in present}
             self._deferred = set()
             try:
-                for key in [k for k in self._keys(kind) if k not in present]:
-                    self._remove(kind, key)
-                rejects = self._rejects[kind]
-                for key in [k for k in rejects if k not in present]:
-                    del rejects[key]
+                for key in [k for k in self._objects[kind] if k not in kept]:
+                    self._put(kind, key, None)
+                self._rejects.keep_only(kind, present)
                 for obj in objects:
                     self._upsert(kind, obj)
             finally:
@@ -161,22 +116,30 @@ class ClusterStore:
         """One watch event: ADDED, MODIFIED or DELETED."""
         with self._lock:
             if event == "DELETED":
-                self._remove(kind, _key(obj))
-                self._rejects[kind].pop(_key(obj), None)
+                if kind in self._objects:
+                    self._put(kind, _row(kind).table_key(_key(obj)), None)
+                self._rejects.clear(kind, _key(obj))
             else:
                 self._upsert(kind, obj)
             self._changed()
+
+    def modify(self, kind: str, key: ObjectKey, change: Callable[[T | None], T | None]) -> T | None:
+        """Read-modify-write of one parsed object under the store's lock, for a feeder that holds parsed
+        objects, not API objects (the embedded cluster's bindings): ``change`` gets the object held (None:
+        none) and returns what to hold, the same object to change nothing, None to hold none."""
+        with self._lock:
+            current = self._objects[kind].get(key)
+            new = change(current)
+            if new is not current:
+                self._put(kind, key, new)
+                self._changed()
+            return new
 
     def set_fabric_free(self, free: Mapping[str, int]) -> None:
         with self._lock:
             if dict(free) != self._fabric_free:
                 self._fabric_free = dict(free)
                 self._changed()
-
-    def set_reservations(self, reservations: Mapping[str, Reservation]) -> None:
-        with self._lock:
-            self._reservations = dict(reservations)
-            self._changed()
 
     def replace_attachments(self, items: Iterable[Attachment]) -> None:
         with self._lock:
@@ -197,12 +160,6 @@ class ClusterStore:
         with self._lock:
             return dict(self._attachments)
 
-    def pod_by_uid(self, uid: str) -> Pod | None:
-        with self._lock:
-            key = self._uids.get(uid)
-            derived = self._pods.get(key) if key else None
-            return derived.pod if derived else None
-
     # -- reading -------------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -213,200 +170,95 @@ class ClusterStore:
 
     def pod(self, namespace: str, name: str) -> Pod | None:
         with self._lock:
-            derived = self._pods.get((namespace, name))
-            return derived.pod if derived else None
+            return self._index.pod((namespace, name))
+
+    def pod_by_uid(self, uid: str) -> Pod | None:
+        with self._lock:
+            return self._index.by_uid(uid)
 
     @property
     def rejected(self) -> int:
         """How many objects are skipped now, all kinds together."""
         with self._lock:
-            return sum(len(r) for r in self._rejects.values())
+            return self._rejects.total()
 
     def rejected_counts(self) -> dict[str, int]:
         """Objects skipped now because they could not be parsed, for every kind the store holds."""
         with self._lock:
-            return {kind: len(self._rejects.get(kind) or ()) for kind in KINDS}
+            return self._rejects.counts(KINDS)
 
     def raw_counts(self) -> dict[str, int]:
         with self._lock:
-            return {
-                "Node": len(self._nodes), "Pod": len(self._pods), "ResourceClaim": len(self._claims),
-                "ResourceClaimTemplate": len(self._templates), "ComputeDomain": len(self._cds),
-                "Job": len(self._jobs), "ResourceSlice": len(self._slices), **self._workloads.counts(),
-            }
+            return {kind: len(self._objects[kind]) for kind in KINDS}
 
     # -- internals -----------------------------------------------------------------------------------
-
-    def _keys(self, kind: str) -> list[ObjectKey]:
-        if kind == "Node":
-            return [("", n) for n in self._node_objects]
-        if kind == "ResourceSlice":
-            return [("", n) for n in self._slices]
-        if kind == "ComputeDomain":
-            return list(self._cd_keys)
-        if kind in workload_tables.KINDS:
-            return self._workloads.keys(kind)
-        tables: dict[str, dict[ObjectKey, Any]] = {
-            "Pod": dict(self._pods), "ResourceClaim": self._claims,
-            "ResourceClaimTemplate": self._templates, "Job": self._jobs,
-        }
-        return list(tables[kind])
 
     def _changed(self) -> None:
         self._version += 1
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         try:
-            self._parse_in(kind, obj)
+            if not isinstance(obj, Mapping):
+                raise WireError(kind, f"expected an object, got {type(obj).__name__}")
+            row = _row(kind)
+            parsed = row.parse(self.policy, obj)
+            if parsed is None:  # not one of ours after all (another API group's kind of the same name)
+                self._put(kind, row.table_key(_key(obj)), None)
+            else:
+                self._put(kind, row.key(parsed), parsed)
         except Exception as exc:  # any failure of one object skips that object, nothing more
-            self._reject(kind, _key(obj), _version(obj), exc)
+            self._rejects.add(kind, _key(obj), _version(obj), exc)
         else:
-            self._rejects[kind].pop(_key(obj), None)
+            self._rejects.clear(kind, _key(obj))
 
-    def _reject(self, kind: str, key: ObjectKey, version: str, exc: BaseException) -> None:
-        rejects = self._rejects[kind]
-        if key in rejects and rejects[key] == version:
-            return  # already logged: the same object again, from a relist
-        rejects[key] = version
-        name = "/".join(k for k in key if k) or "(unnamed)"
-        log.warning("skipping malformed %s %s (resourceVersion %s): %s", kind, name, version or "?", _explain(exc))
-
-    def _parse_in(self, kind: str, obj: Mapping[str, Any]) -> None:
-        if not isinstance(obj, Mapping):
-            raise WireError(kind, f"expected an object, got {type(obj).__name__}")
-        if kind == "Node":
-            node = parsing.node(obj, self.policy.domain_labels)
-            self._node_objects[node.name] = node
-            self._refresh_node(node.name)
-        elif kind == "ResourceSlice":
-            self._set_slice(_key(obj)[1], slices.resource_slice(obj, self.policy.gpu_drivers))
-        elif kind == "Pod":
-            self._set_pod(parsing.pod(obj, "pod"))
-        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
-            spec = parsing.claim_spec(obj, template=kind == "ResourceClaimTemplate", path=kind)
-            table = self._templates if kind == "ResourceClaimTemplate" else self._claims
-            table[(spec.namespace, spec.name)] = spec
-            self._rederive(spec.namespace)
-        elif kind == "ComputeDomain":
-            cd = parsing.compute_domain(obj)
-            self._cds[cd.uid] = cd
-            self._cd_keys[(cd.namespace, cd.name)] = cd.uid
-            self._rederive(cd.namespace)
-        elif kind == "Job":
-            job = parsing.job(obj)
-            self._jobs[(job.namespace, job.name)] = job
-            self._rederive(job.namespace)
-        elif kind in workload_tables.KINDS:
-            namespace = self._workloads.upsert(kind, obj, _key(obj))
-            if namespace is not None:
-                self._rederive(namespace)
-        else:
-            raise ValueError(f"unknown kind {kind}")
-
-    def _remove(self, kind: str, key: ObjectKey) -> None:
-        if kind == "Node":
-            self._node_objects.pop(key[1], None)
-            self._refresh_node(key[1])
-        elif kind == "ResourceSlice":
-            self._set_slice(key[1], None)
-        elif kind == "Pod":
-            self._unset_pod(key)
-        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
-            table = self._templates if kind == "ResourceClaimTemplate" else self._claims
-            if table.pop(key, None) is not None:
-                self._rederive(key[0])
-        elif kind == "ComputeDomain":
-            uid = self._cd_keys.pop(key, None)
-            if uid is not None:
-                self._cds.pop(uid, None)
-                self._rederive(key[0])
-        elif kind == "Job":
-            if self._jobs.pop(key, None) is not None:
-                self._rederive(key[0])
-        elif kind in workload_tables.KINDS:
-            namespace = self._workloads.remove(kind, key)
-            if namespace is not None:
-                self._rederive(namespace)
-
-    def _set_slice(self, name: str, new: slices.SliceGpus | None) -> None:
-        old = self._slices.pop(name, None)
+    def _put(self, kind: str, key: ObjectKey, new: Any) -> None:
+        """Hold ``new`` under ``key`` (None: hold nothing) and derive again what depends on it."""
+        table = self._objects[kind]
+        old = table.pop(key, None)
         if new is not None:
-            self._slices[name] = new
-        touched = {s.node for s in (old, new) if s is not None and s.node}
-        for s in (old, new):
-            if s is not None and s.node:
-                self._dra_gpus[s.node] += s.gpus if s is new else -s.gpus
-        for node in touched:
-            if self._dra_gpus[node] <= 0:
-                del self._dra_gpus[node]
-            self._refresh_node(node)
-
-    def _refresh_node(self, name: str) -> None:
-        self._node_view = None
-        parsed = self._node_objects.get(name)
-        if parsed is None:
-            self._nodes.pop(name, None)
+            table[key] = new
+        if old is None and new is None:
             return
-        dra = self._dra_gpus.get(name, 0)
-        self._nodes[name] = replace(parsed, gpus=parsed.gpus + dra, dra_gpus=dra) if dra else parsed
+        try:
+            _row(kind).changed(self, kind, key, old, new)
+        except Exception:
+            table.pop(key, None)  # an object whose derived facts cannot be kept is not kept either
+            raise
 
-    def _catalog(self) -> Catalog:
-        w = self._workloads
-        return Catalog(self._templates, self._claims, self._cds, self._jobs, w.pod_groups, w.gang_workloads,
-                       w.controllers)
+    def _node_changed(self, kind: str, key: ObjectKey, old: Node | None, new: Node | None) -> None:
+        self._node_index.refresh(key[1])
 
-    def _derive(self, pod: Pod) -> _Derived:
-        catalog = self._catalog()
-        resolution = grouping.resolve(pod, catalog, self.policy)
-        need = capacity.demand(pod, catalog, self.policy)
-        group = resolution.group
-        held = 0
-        if pod.node_name and not pod.terminated:
-            node = self._nodes.get(pod.node_name)
-            held = node.gpus if need.whole_node and node else need.gpus
-        member = Member(pod, need) if group is not None else None
-        return _Derived(pod, group.id if group else None, group.compute_domain if group else None, held, member)
+    def _slice_changed(self, kind: str, key: ObjectKey, old: SliceGpus | None, new: SliceGpus | None) -> None:
+        self._node_index.slice_changed(old, new)
 
-    def _set_pod(self, pod: Pod) -> None:
-        self._unset_pod(pod.key)
-        derived = self._derive(pod)
-        self._pods[pod.key] = derived
-        if pod.uid:
-            self._uids[pod.uid] = pod.key
-        node = pod.node_name
-        if node and not pod.terminated:
-            self._used[node] += derived.gpus
-            if derived.group_id:
-                self._node_groups[node][derived.group_id] += 1
-            if derived.compute_domain:
-                self._node_cds[node][derived.compute_domain] += 1
-        if derived.group_id and derived.member is not None:
-            self._members[derived.group_id][pod.key] = derived.member
+    def _pod_changed(self, kind: str, key: ObjectKey, old: Pod | None, new: Pod | None) -> None:
+        self._index.unset(key)
+        if new is not None:
+            self._index.set(derive(new, self._catalog(), self.policy, self._node_index.nodes))
 
-    def _unset_pod(self, key: ObjectKey) -> None:
-        old = self._pods.pop(key, None)
-        if old is None:
-            return
-        if old.pod.uid and self._uids.get(old.pod.uid) == key:
-            del self._uids[old.pod.uid]
-        node = old.pod.node_name
-        if node and not old.pod.terminated:
-            self._used[node] -= old.gpus
-            if self._used[node] <= 0:
-                del self._used[node]
-            for table, value in ((self._node_groups, old.group_id), (self._node_cds, old.compute_domain)):
-                if value:
-                    table[node][value] -= 1
-                    if table[node][value] <= 0:
-                        del table[node][value]
-                    if not table[node]:
-                        del table[node]
-        if old.group_id:
-            members = self._members.get(old.group_id)
-            if members is not None:
-                members.pop(key, None)
-                if not members:
-                    del self._members[old.group_id]
+    def _catalog_changed(self, kind: str, key: ObjectKey, old: object, new: object) -> None:
+        self._rederive(key[0])
+
+    def _cd_changed(self, kind: str, key: ObjectKey, old: ComputeDomain | None, new: ComputeDomain | None) -> None:
+        if old is not None:
+            self._cds.pop(old.uid, None)
+        if new is not None:
+            self._cds[new.uid] = new
+        self._rederive(key[0])
+
+    def _workload_changed(self, kind: str, key: ObjectKey, old: object, new: object) -> None:
+        if old != new:  # a status-only update parses to the same object: nothing to derive again
+            self._workloads.publish(kind, key)
+            self._rederive(key[0])
+
+    def _catalog(self, copy: bool = False) -> Catalog:
+        """The live tables while deriving; copies for a snapshot, which outlives the next change."""
+        o, w = self._objects, self._workloads
+        catalog = Catalog(o["ResourceClaimTemplate"], o["ResourceClaim"], self._cds, o["Job"], w.pod_groups,
+                          w.gang_workloads, w.controllers)
+        if not copy:
+            return catalog
+        return Catalog(**{f.name: dict(getattr(catalog, f.name)) for f in fields(Catalog)})
 
     def _rederive(self, namespace: str) -> None:
         # Group identity and demand depend on templates, claims, ComputeDomains, Jobs and the gang API's and
@@ -414,74 +266,84 @@ class ClusterStore:
         if self._deferred is not None:
             self._deferred.add(namespace)
             return
-        for key in [k for k in self._pods if k[0] == namespace]:
-            pod = self._pods[key].pod
+        for pod in self._index.in_namespace(namespace):
             try:
-                self._set_pod(pod)
+                self._put("Pod", pod.key, pod)
             except Exception as exc:  # one pod that no longer derives is skipped, not the rest
-                self._unset_pod(key)
-                self._reject("Pod", key, "", exc)
-
-    def _nodes_and_domains(self) -> tuple[dict[str, Node], dict[str, tuple[str, ...]]]:
-        if self._node_view is None:
-            domains: dict[str, list[str]] = defaultdict(list)
-            for node in self._nodes.values():
-                if node.domain:
-                    domains[node.domain].append(node.name)
-            self._node_view = dict(self._nodes), {d: tuple(sorted(ns)) for d, ns in domains.items()}
-        return self._node_view
+                self._rejects.add("Pod", pod.key, "", exc)
 
     def _build(self) -> Snapshot:
-        nodes, domains = self._nodes_and_domains()
+        nodes, domains = self._node_index.view()
         promised: dict[str, int] = defaultdict(int)
         slots_used: dict[str, int] = defaultdict(int)
+        index = self._index
         for uid, att in self._attachments.items():
             if att.phase is not Phase.DETACHED:
                 # Blocks composed or being composed occupy the node's slots until they are detached; a
                 # Pending attachment has not picked its blocks yet but will take that many.
                 pending = att.gpus if att.phase is Phase.PENDING else 0
                 slots_used[att.node] += len(att.blocks) or pending
-            key = self._uids.get(uid)
-            bound = key is not None and self._pods[key].pod.node_name is not None
+            pod = index.by_uid(uid)
             # Ready GPUs sit in the node's allocatable before their pod binds: keep them for that pod.
-            if att.phase is Phase.READY and not att.deleting and not bound:
+            if att.phase is Phase.READY and not att.deleting and (pod is None or pod.node_name is None):
                 promised[att.node] += att.gpus
         return Snapshot(
             nodes=nodes,
-            used_gpus=dict(self._used),
-            node_groups={n: frozenset(g) for n, g in self._node_groups.items()},
-            node_compute_domains={n: frozenset(c) for n, c in self._node_cds.items()},
-            members={g: tuple(m.values()) for g, m in self._members.items()},
+            used_gpus=dict(index.used),
+            node_groups={n: frozenset(g) for n, g in index.node_groups.items()},
+            node_compute_domains={n: frozenset(c) for n, c in index.node_cds.items()},
+            members={g: tuple(m.values()) for g, m in index.members.items()},
             domains=domains,
-            catalog=Catalog(dict(self._templates), dict(self._claims), dict(self._cds), dict(self._jobs),
-                            dict(self._workloads.pod_groups), dict(self._workloads.gang_workloads),
-                            dict(self._workloads.controllers)),
+            catalog=self._catalog(copy=True),
             fabric_free=dict(self._fabric_free),
-            reservations=dict(self._reservations),
+            reservations={},
             version=self._version,
             attachments=dict(self._attachments),
             promised_gpus=dict(promised),
             attached_blocks=dict(slots_used),
         )
 
-    def bind_locally(self, namespace: str, name: str, node: str) -> Pod:
-        """Embedded mode: record a binding as the API server would (set spec.nodeName)."""
-        with self._lock:
-            derived = self._pods.get((namespace, name))
-            if derived is None:
-                raise KeyError(f"{namespace}/{name}")
-            bound = replace(derived.pod, node_name=node)
-            self._set_pod(bound)
-            self._changed()
-            return bound
 
-    def put_pod(self, pod: Pod) -> None:
-        """Embedded mode: remember a pod the scheduler asked about (there is no watch to tell us)."""
-        with self._lock:
-            current = self._pods.get(pod.key)
-            if current is not None and current.pod == pod:
-                return
-            if current is not None and current.pod.node_name and not pod.node_name:
-                return  # our own binding is newer than the scheduler's copy of the pod
-            self._set_pod(pod)
-            self._changed()
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """How the store holds one kind: parsed how, keyed how, and what depends on it."""
+
+    parse: Callable[[Policy, Mapping[str, Any]], Any]  # raises on a malformed object; None: not one of ours
+    key: Callable[[Any], ObjectKey]  # of the parsed object
+    changed: Callable[[ClusterStore, str, ObjectKey, Any, Any], None]  # old -> new: derive again
+    namespaced: bool = True
+
+    def table_key(self, key: ObjectKey) -> ObjectKey:
+        """An API object's key as the parsers name it: a file's object without a namespace is in "default"."""
+        return (key[0] or "default", key[1]) if self.namespaced else key
+
+
+def _named(obj: Any) -> ObjectKey:
+    return (obj.namespace, obj.name)
+
+
+def _workload(kind: str) -> _Kind:
+    return _Kind(lambda _, obj: workload_tables.parse(kind, obj), _named, ClusterStore._workload_changed)
+
+
+_KINDS: dict[str, _Kind] = {
+    "Node": _Kind(lambda policy, obj: parsing.node(obj, policy.domain_labels), lambda n: ("", n.name),
+                  ClusterStore._node_changed, namespaced=False),
+    "ResourceSlice": _Kind(lambda policy, obj: slices.resource_slice(obj, policy.gpu_drivers),
+                           lambda s: ("", s.name), ClusterStore._slice_changed, namespaced=False),
+    "Pod": _Kind(lambda _, obj: parsing.pod(obj, "pod"), lambda p: p.key, ClusterStore._pod_changed),
+    "ResourceClaim": _Kind(lambda _, obj: parsing.claim_spec(obj, template=False, path="ResourceClaim"), _named,
+                           ClusterStore._catalog_changed),
+    "ResourceClaimTemplate": _Kind(lambda _, obj: parsing.claim_spec(obj, template=True, path="ResourceClaimTemplate"),
+                                   _named, ClusterStore._catalog_changed),
+    "ComputeDomain": _Kind(lambda _, obj: parsing.compute_domain(obj), _named, ClusterStore._cd_changed),
+    "Job": _Kind(lambda _, obj: parsing.job(obj), _named, ClusterStore._catalog_changed),
+    **{kind: _workload(kind) for kind in workload_tables.KINDS},
+}
+
+
+def _row(kind: str) -> _Kind:
+    row = _KINDS.get(kind)
+    if row is None:
+        raise ValueError(f"unknown kind {kind}")
+    return row

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from webhook.domain import grouping
-from webhook.domain.attachments import Phase
 from webhook.domain.filtering import Context
 from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
+from webhook.wire.fabric_attachment import Phase
 
 log = logging.getLogger("imex_webhook.decisions.events")
 

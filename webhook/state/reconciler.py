@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from webhook.domain import fabric_plan
-from webhook.domain.attachments import Attachment, Phase
 from webhook.domain.fabric_plan import Act, Action, Timeouts
 from webhook.domain.model import Pod
 from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer, now_rfc3339
+from webhook.state.fabric import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer
+from webhook.wire.fabric_attachment import Attachment, Phase
+from webhook.wire.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +32,16 @@ CALL_BUDGET = 30.0
 class Reconciler:
     def __init__(self, store: AttachmentStore, fabric: Fabric, cluster: ClusterStore,
                  timeouts: Timeouts | None = None, leader: Callable[[], bool] = lambda: True,
-                 observer: Observer | None = None, clock: Callable[[], float] = time.time) -> None:
+                 observer: Observer | None = None, clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.fabric = fabric
         self.cluster = cluster
         self.timeouts = timeouts or Timeouts()
         self.leader = leader
         self.observer: Observer = observer or NoObserver()
-        self.clock = clock
+        self.clock = clock  # wall time: phase times are written into objects other replicas read
+        self.monotonic = monotonic  # the fabric's deadlines, which a wall-clock step must not move
         self._orphan_seen: dict[str, float] = {}
         self._stop = threading.Event()
 
@@ -77,7 +80,7 @@ class Reconciler:
         return len(self._orphan_seen)
 
     def _deadline(self) -> float:
-        return time.monotonic() + CALL_BUDGET
+        return self.monotonic() + CALL_BUDGET
 
     def _carry_out(self, action: Action) -> None:
         att = action.attachment
@@ -100,7 +103,7 @@ class Reconciler:
             self.store.delete(att)
 
     def _write(self, att: Attachment, phase: Phase, message: str) -> None:
-        self.store.update(replace(att, phase=phase, message=message, phase_since=now_rfc3339(self.clock)))
+        self.store.update(replace(att, phase=phase, message=message, phase_since=rfc3339(self.clock(), "ms")))
 
     def run_forever(self, interval: float) -> None:
         while not self._stop.wait(interval):

@@ -22,7 +22,8 @@ KINDS = (*POD_GROUP_KINDS, "Workload", *CONTROLLER_KINDS)
 Parsed = GangGroup | GangWorkload | ControllerObject
 
 
-def _parse(kind: str, obj: Mapping[str, Any]) -> Parsed | None:
+def parse(kind: str, obj: Mapping[str, Any]) -> Parsed | None:
+    """``None``: the same kind of another API group (Volcano's PodGroup), none of ours."""
     if kind in POD_GROUP_KINDS:
         return workload_parsing.pod_group(obj, kind)
     if kind == "Workload":
@@ -31,45 +32,20 @@ def _parse(kind: str, obj: Mapping[str, Any]) -> Parsed | None:
 
 
 class WorkloadTables:
-    """Not thread-safe on its own: the store calls it under its lock."""
+    """The views grouping reads, published from the store's tables of these kinds. Not thread-safe on its
+    own: the store calls it under its lock."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, dict[ObjectKey, Parsed]] = {kind: {} for kind in KINDS}
+        self.tables: dict[str, dict[ObjectKey, Parsed]] = {kind: {} for kind in KINDS}  # filled by the store
         self.pod_groups: dict[ObjectKey, GangGroup] = {}
         self.gang_workloads: dict[ObjectKey, GangWorkload] = {}
         self.controllers: dict[tuple[str, str, str], ControllerObject] = {}
 
-    def upsert(self, kind: str, obj: Mapping[str, Any], key: ObjectKey) -> str | None:
-        """Keep ``obj`` (``key`` as the store names it); the namespace whose pods must be derived again, or
-        ``None`` when nothing grouping reads changed. Raises whatever parsing raises, changing nothing."""
-        parsed = _parse(kind, obj)
-        if parsed is None:  # the same kind of another API group (Volcano's PodGroup): none of ours
-            return self.remove(kind, key)
-        key = (parsed.namespace, parsed.name)
-        table = self._tables[kind]
-        if table.get(key) == parsed:
-            return None
-        table[key] = parsed
-        self._publish(kind, key)
-        return key[0]
-
-    def remove(self, kind: str, key: ObjectKey) -> str | None:
-        key = (key[0] or "default", key[1])  # a file's object without a namespace was parsed into "default"
-        if self._tables[kind].pop(key, None) is None:
-            return None
-        self._publish(kind, key)
-        return key[0]
-
-    def keys(self, kind: str) -> list[ObjectKey]:
-        return list(self._tables[kind])
-
-    def counts(self) -> dict[str, int]:
-        return {kind: len(table) for kind, table in self._tables.items()}
-
-    def _publish(self, kind: str, key: ObjectKey) -> None:
-        current = self._tables[kind].get(key)
+    def publish(self, kind: str, key: ObjectKey) -> None:
+        """The object under ``key`` changed in the ``kind`` table: update the view grouping reads."""
+        current = self.tables[kind].get(key)
         if kind in POD_GROUP_KINDS:
-            found = next((t[key] for k in POD_GROUP_KINDS if key in (t := self._tables[k])), None)
+            found = next((t[key] for k in POD_GROUP_KINDS if key in (t := self.tables[k])), None)
             if isinstance(found, GangGroup):
                 self.pod_groups[key] = found
             else:

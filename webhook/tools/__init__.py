@@ -1,5 +1,5 @@
-"""Operator tools built on the service: ``imex-webhook bench`` and ``imex-webhook simulate``.
+"""Operator tools built on the service: ``imex-webhook bench``, ``simulate``, ``soak`` and ``explain``.
 
-A top-level layer like ``webhook.cli``: it may import anything in ``webhook``; nothing in
-``webhook.domain``, ``webhook.state`` or the service imports it back.
+A top-level layer beside ``webhook.composition``: it may import anything in ``webhook``; nothing the
+service or the agent runs imports it back.
 """

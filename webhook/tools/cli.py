@@ -1,8 +1,7 @@
-"""Command lines of ``imex-webhook bench``, ``simulate`` and ``soak`` (wired in ``webhook.cli``).
+"""Command lines of ``imex-webhook bench``, ``simulate``, ``soak`` and ``explain`` (hosted by ``webhook.cli``).
 
-Each entry function takes its own argv (without the subcommand) and returns an exit status, so the
-top-level command only hands arguments over; ``python -m webhook.tools.cli bench|simulate|soak ...`` works
-too, before or without that wiring.
+Each is a :class:`webhook.command.Command`: its flags and its run over the parsed namespace.
+``python -m webhook.tools.cli bench|simulate|soak ...`` hosts the first three on its own.
 """
 
 from __future__ import annotations
@@ -11,6 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from webhook import command
+from webhook.command import Command
+from webhook.tools import explain, soak, workload
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -23,12 +26,7 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def bench_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="imex-webhook bench",
-        description="Measure /filter, /prioritize and /mutate of the real service (gunicorn gthread, TLS, "
-                    "embedded cluster) against a trivial Flask baseline behind the same configuration, in one "
-                    "run, plus in-process decision costs. Writes bench.md and bench.json to --out.")
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="a few seconds in all, for CI: checks shapes, not figures")
     p.add_argument("--nodes", type=_sizes, default=None, metavar="N[,N...]",
@@ -42,13 +40,11 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="the service's log level (default info, as deployed: one decision line per request)")
     p.add_argument("--micro-budget", type=float, default=None, help="seconds per in-process case (default 1)")
-    return p
 
 
-def bench_main(argv: Sequence[str] | None = None) -> int:
+def run_bench(ns: argparse.Namespace) -> int:
     from webhook.tools import bench
 
-    ns = bench_parser().parse_args(argv)
     cfg = bench.Config.quick_run(ns.out) if ns.quick else bench.Config(out=ns.out)
     overrides = {"sizes": ns.nodes, "concurrency": ns.concurrency, "duration": ns.duration, "repeats": ns.repeats,
                  "micro_budget": ns.micro_budget}
@@ -68,18 +64,8 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def simulate_parser() -> argparse.ArgumentParser:
-    from webhook.tools import workload
-
+def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     d = workload.Params()
-    p = argparse.ArgumentParser(
-        prog="imex-webhook simulate",
-        description="Discrete-event simulation of a large GPU cluster under four placement policies fed the "
-                    "same job stream: imex-webhook (the service's own engine behind kube-scheduler's emulated "
-                    "scheduling cycle), default (least-allocated, no domain awareness), affinity-only (required "
-                    "pod affinity on the clique label) and gang-tas (Kueue Topology-Aware Scheduling: a job "
-                    "starts only when one domain has room for all its pods). Writes report.md, metrics.json "
-                    "and PNG plots to --out and prints the tables, with queueing delay per job size.")
     p.add_argument("--out", type=Path, default=Path("simulation"), help="output directory (default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="random seed of the job stream (default %(default)s)")
     p.add_argument("--cliques", type=int, default=d.cliques, help="NVL72 cliques of 18 x 4 GPUs (default %(default)s)")
@@ -94,13 +80,11 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", default=",".join(workload.POLICIES),
                    help="comma-separated subset of %(default)s")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    return p
 
 
-def simulate_main(argv: Sequence[str] | None = None) -> int:
-    from webhook.tools import sim_report, simulate, workload
+def run_simulate(ns: argparse.Namespace) -> int:
+    from webhook.tools import sim_report, simulate
 
-    ns = simulate_parser().parse_args(argv)
     policies = tuple(p.strip() for p in ns.policies.split(",") if p.strip())
     unknown = [p for p in policies if p not in workload.POLICIES]
     if unknown or not policies:
@@ -149,27 +133,18 @@ def _out_problem(out: Path) -> str | None:
     return None
 
 
-def soak_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="imex-webhook soak",
-        description="Drive a mixed stream (mutate, filter, prioritize, bind, pod completions, refusals and "
-                    "retries) against a real `serve` (embedded demo cluster, TLS on 127.0.0.1) for --minutes; "
-                    "print the worker's RSS, open fds, threads and p50/p99 latency per verb every --interval "
-                    "seconds; check the placement invariants and RSS growth. Exits 1 on any violation. "
-                    "See docs/SOAK.md.")
+def add_soak_arguments(p: argparse.ArgumentParser) -> None:
+    d = soak.Config
     p.add_argument("--minutes", type=float, required=True, help="how long to run")
-    p.add_argument("--interval", type=float, default=10.0, help="seconds between samples (default %(default)s)")
-    p.add_argument("--seed", type=int, default=1, help="random seed of the stream (default %(default)s)")
-    p.add_argument("--out", type=Path, default=None, help="write soak.json and soak.md here")
-    p.add_argument("--rss-growth-mib", type=float, default=64.0,
+    p.add_argument("--interval", type=float, default=d.interval,
+                   help="seconds between samples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="random seed of the stream (default %(default)s)")
+    p.add_argument("--out", type=Path, default=d.out, help="write soak.json and soak.md here")
+    p.add_argument("--rss-growth-mib", type=float, default=d.rss_growth_mib,
                    help="allowed RSS growth of the worker after warm-up, MiB (default %(default)s)")
-    return p
 
 
-def soak_main(argv: Sequence[str] | None = None) -> int:
-    from webhook.tools import soak
-
-    ns = soak_parser().parse_args(argv)
+def run_soak(ns: argparse.Namespace) -> int:
     if ns.minutes <= 0 or ns.interval <= 0 or ns.minutes > 24 * 60 or ns.rss_growth_mib <= 0:
         print("imex-webhook soak: --minutes must be in (0, 1440], --interval and --rss-growth-mib > 0",
               file=sys.stderr)
@@ -184,13 +159,35 @@ def soak_main(argv: Sequence[str] | None = None) -> int:
     return 0 if result.ok else 1
 
 
+BENCH = Command(
+    "bench", "measure the service against a trivial baseline in the same run", add_bench_arguments, run_bench,
+    "Measure /filter, /prioritize and /mutate of the real service (gunicorn gthread, TLS, embedded cluster) "
+    "against a trivial Flask baseline behind the same configuration, in one run, plus in-process decision "
+    "costs. Writes bench.md and bench.json to --out.")
+SIMULATE = Command(
+    "simulate", "compare placement policies on a simulated cluster", add_simulate_arguments, run_simulate,
+    "Discrete-event simulation of a large GPU cluster under four placement policies fed the same job stream: "
+    "imex-webhook (the service's own engine behind kube-scheduler's emulated scheduling cycle), default "
+    "(least-allocated, no domain awareness), affinity-only (required pod affinity on the clique label) and "
+    "gang-tas (Kueue Topology-Aware Scheduling: a job starts only when one domain has room for all its pods). "
+    "Writes report.md, metrics.json and PNG plots to --out and prints the tables, with queueing delay per job "
+    "size.")
+SOAK = Command(
+    "soak", "a long mixed request stream against serve: resources, latency, invariants",
+    add_soak_arguments, run_soak,
+    "Drive a mixed stream (mutate, filter, prioritize, bind, pod completions, refusals and retries) against a "
+    "real `serve` (embedded demo cluster, TLS on 127.0.0.1) for --minutes; print the worker's RSS, open fds, "
+    "threads and p50/p99 latency per verb every --interval seconds; check the placement invariants and RSS "
+    "growth. Exits 1 on any violation. See docs/SOAK.md.")
+EXPLAIN = Command("explain", "ask a running service where a group is placed and why a pod waits",
+                  explain.add_arguments, explain.run, explain.DESCRIPTION)
+TOOLS = (BENCH, SIMULATE, SOAK)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"bench": bench_main, "simulate": simulate_main, "soak": soak_main}
-    if not args or args[0] not in commands:
-        print("usage: python -m webhook.tools.cli {bench,simulate,soak} [--help]", file=sys.stderr)
-        return 2
-    return commands[args[0]](args[1:])
+    top = command.parser("python -m webhook.tools.cli", "The benchmark, simulation and soak tools of imex-webhook.",
+                         TOOLS)
+    return command.main(top, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -35,12 +35,18 @@ class Failed(ImexWebhookError):
         self.status = status
 
 
+DESCRIPTION = ("Ask a running imex-webhook where a group is reserved, which of its pods are placed where, and "
+               "why a waiting group waits (from its GET /inspect). Exit status 0 explained, 1 the service could "
+               "not be asked or knows no such name, 2 a wrong command line.")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="imex-webhook explain",
-        description="Ask a running imex-webhook where a group is reserved, which of its pods are placed where, "
-                    "and why a waiting group waits (from its GET /inspect). Exit status 0 explained, 1 the "
-                    "service could not be asked or knows no such name, 2 a wrong command line.")
+    p = argparse.ArgumentParser(prog="imex-webhook explain", description=DESCRIPTION)
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="POD|GROUP",
                    help="a pod of a group or a group: namespace/name, a bare name, or a group id (cd:<uid>, ...)")
     p.add_argument("--url", default=DEFAULT_URL, help="the service (default %(default)s)")
@@ -50,7 +56,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cert", type=Path, help="client certificate, when the service requires one (--client-ca)")
     p.add_argument("--key", type=Path, help="the client certificate's key")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default %(default)s)")
-    return p
 
 
 def _verify(cacert: Path | None) -> str | bool:
@@ -117,7 +122,10 @@ def fetch(url: str, verify: str | bool, cert: tuple[str, str] | None, timeout: f
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(ns: argparse.Namespace) -> int:
     try:
         problem = explain_text.name_problem(ns.name)
         if problem:

@@ -26,6 +26,7 @@ from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
 from webhook.tools import baseline_app, payloads
 from webhook.tools.loadgen import percentile
+from webhook.wire import admission
 
 
 @dataclass(frozen=True)
@@ -182,13 +183,13 @@ def _mutate_cases(bench: Bench, budget: float) -> dict[str, Any]:
     engine = bench.engine
 
     def mutate() -> bytes:
-        parsed = admission_review.parse(orjson.loads(review))
+        parsed = admission.parse(orjson.loads(review))
         snap = engine.snapshot()
         result = admission_review.admit(parsed, snap.catalog, snap.nodes, engine.policy)
         return orjson.dumps(admission_review.respond(parsed.uid, result))
 
     reply = orjson.loads(mutate())
-    if not admission_review.decode_patch(reply["response"]):
+    if not admission.decode_patch(reply["response"]):
         raise RuntimeError(f"the mutate decision produced no patch for the bench pod: {reply}")
     pod = payloads.scheduled_pod(f"{payloads.MEASURED_CD}-1", payloads.MEASURED_CD)
     return {

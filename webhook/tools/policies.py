@@ -24,6 +24,7 @@ import random
 from collections import defaultdict
 from typing import Any, Protocol
 
+from webhook.adapters.embedded import bind_locally
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy as EnginePolicy
 from webhook.service import deploy
@@ -181,7 +182,7 @@ class _SimBinder:
         job, index = p.pending_pod
         attached = p.attached_now
         p.cluster.bind((job.index, index), p.node_index[node], job.gpus, _group(job), attached)
-        p.store.bind_locally(pod.namespace, pod.name, node)
+        bind_locally(p.store, pod.namespace, pod.name, node)
 
 
 class _SimAttacher:
@@ -245,7 +246,7 @@ class ImexPolicy:
         binding, and the service's cache sees it through its watch."""
         job, index = self.pending_pod
         self.cluster.bind((job.index, index), self.node_index[node], job.gpus, _group(job))
-        self.store.bind_locally(pod.namespace, pod.name, node)
+        bind_locally(self.store, pod.namespace, pod.name, node)
 
     def place(self, job: Job, pod: int, now: float) -> int | None:
         self.now = now

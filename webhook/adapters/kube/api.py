@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 import urllib3
@@ -26,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
 from webhook.errors import ImexWebhookError
+from webhook.wire.text import clip
 
 Timeout = tuple[float, float]  # (connect, read) seconds; read bounds each wait for bytes, as urllib3 does
 
@@ -43,17 +42,13 @@ def call_timeout(deadline: float = EXTENDER_HTTP_TIMEOUT) -> Timeout:
     return (deadline * CONNECT_SHARE, deadline * READ_SHARE)
 
 
-def _truncate(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
-
-
 class ApiError(ImexWebhookError):
     """A failed API call. ``status`` is the HTTP status, 0 when no answer came."""
 
     def __init__(self, status: int, reason: str, message: str, timed_out: bool = False) -> None:
         self.status = status
         self.reason = reason
-        self.message = _truncate(message)
+        self.message = clip(message, MESSAGE_LIMIT)
         self.timed_out = timed_out
         super().__init__(f"{status} {reason}: {self.message}" if status else f"{reason}: {self.message}")
 
@@ -81,32 +76,6 @@ class ApiError(ImexWebhookError):
             return (f'could not {action}: forbidden; the service account needs verb "{verb}" on "{resource}" '
                     f"(RBAC, see manifests/): {self.message}")
         return f"could not {action}: {self.status} {self.reason}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    kind: str
-    group: str
-    version: str
-    plural: str
-    namespaced: bool
-
-    @property
-    def qualified(self) -> str:
-        """The name RBAC rules and API messages use: ``pods``, ``jobs.batch``."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def path(self, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
-        """The URL path; without a namespace a namespaced resource is listed across all namespaces."""
-        path = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace and self.namespaced:
-            path += f"/namespaces/{quote(namespace, safe='')}"
-        path += f"/{self.plural}"
-        if name:
-            path += f"/{quote(name, safe='')}"
-        if sub:
-            path += f"/{sub}"
-        return path
 
 
 @contextmanager

@@ -3,13 +3,13 @@
 ``connect`` loads credentials (kubeconfig or in-cluster) and returns a ``KubeBackend``: watch-backed
 caches of Nodes, Pods, Jobs, ResourceClaims, ResourceClaimTemplates, ComputeDomains and the objects groups
 come from (PodGroups, JobSets, training jobs: docs/GROUPS.md) feeding the
-``ClusterStore`` (``kube_watch``), reservations in DomainReservation objects (``kube_reservations``),
+``ClusterStore`` (``watch``), reservations in DomainReservation objects (``reservations``),
 and ``KubeBinder``, which creates the ``pods/binding`` subresource with the pod's UID as precondition.
 
 This package is the only code that talks to the API server (import-linter enforces it). Filter and
 prioritize read the caches; the only API calls on the filter path are the writes of a group's first
-filter that store its reservation (a domain ledger and the reservation, ``kube_reservations``). ``/bind``
-calls it too; every call has a deadline below kube-scheduler's extender timeout (``kube_api.call_timeout``).
+filter that store its reservation (a domain ledger and the reservation, ``reservations``). ``/bind``
+calls it too; every call has a deadline below kube-scheduler's extender timeout (``api.call_timeout``).
 """
 
 from __future__ import annotations
@@ -25,48 +25,38 @@ from webhook.adapters.kube.api import (
     Api,
     ApiError,
     KubeConfigError,
-    Resource,
     call_timeout,
     load_configuration,
 )
-from webhook.adapters.kube.attachments import FABRIC_ATTACHMENTS, KubeAttachmentStore, LeaseLeader
+from webhook.adapters.kube.attachments import KubeAttachmentStore
 from webhook.adapters.kube.events import EventRecorder
+from webhook.adapters.kube.leader import LeaseLeader
 from webhook.adapters.kube.node_labels import NodeDomainLabeller
-from webhook.adapters.kube.reservations import DOMAIN_RESERVATIONS, KubeReservationStore
-from webhook.adapters.kube.watch import Sink, Watcher, WatchSettings
+from webhook.adapters.kube.reservations import KubeReservationStore
+from webhook.adapters.kube.resources import (
+    CLUSTER_RESOURCES,
+    COMPUTE_DOMAINS,
+    DOMAIN_RESERVATIONS,
+    FABRIC_ATTACHMENTS,
+    PODS,
+    Resource,
+)
+from webhook.adapters.kube.watch import Sink, Watcher
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import parsing
 from webhook.domain.model import Pod
 from webhook.errors import DecisionError, WireError
 from webhook.state import workload_tables
+from webhook.state.bind import Binder
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Binder
 from webhook.state.reservations import ReservationStore
 
 log = logging.getLogger(__name__)
 __all__ = ["KubeBackend", "KubeBinder", "KubeConfigError", "connect"]
 
-PODS = Resource("Pod", "", "v1", "pods", True)
-CLUSTER_RESOURCES = (
-    Resource("Node", "", "v1", "nodes", False),
-    PODS,
-    Resource("Job", "batch", "v1", "jobs", True),
-    Resource("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
-    Resource("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
-    Resource("ComputeDomain", "resource.nvidia.com", "v1beta1", "computedomains", True),
-    # GPUs of DRA-only nodes exist only as devices of the GPU driver's slices.
-    Resource("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
-    # Groups from Kubernetes' gang scheduling and the workload controllers (docs/GROUPS.md): PodGroups as
-    # Kubernetes 1.37 (beta) and 1.36 (alpha) serve them, 1.35's Workloads, JobSets, training jobs.
-    Resource("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups", True),
-    Resource("PodGroup.v1alpha2", "scheduling.k8s.io", "v1alpha2", "podgroups", True),
-    Resource("Workload", "scheduling.k8s.io", "v1alpha1", "workloads", True),
-    Resource("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", True),
-    Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", True),
-    Resource("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", True),
-)
 # NVIDIA's DRA driver installs the ComputeDomain CRD; a cluster without it still has annotated and
 # fabric groups to schedule, so its absence is an empty list, not a failure.
-OPTIONAL_KINDS = frozenset({"ComputeDomain", DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind,
+OPTIONAL_KINDS = frozenset({COMPUTE_DOMAINS.kind, DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind,
                             *workload_tables.KINDS})
 # They only refine groups: an operator who grants no access to them (403) loses that refinement, not the
 # service's readiness.
@@ -129,19 +119,19 @@ class KubeBackend:
         self._api = api
         self._reservations = KubeReservationStore(api, holder)
         self.reservations: ReservationStore = self._reservations
-        self.events = EventRecorder(api, holder)  # Events about pods and ComputeDomains (kube_events)
+        self.events = EventRecorder(api, holder)  # Events about pods and ComputeDomains (events)
         self.binder: Binder = KubeBinder(api, self.events)
         self.attachments = KubeAttachmentStore(api, store)
         self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
         self._stopping = threading.Event()
         self._started = False
-        # label_nodes: keep imex-webhook.io/domain on every Node (kube_node_labels), fed by the Node watch.
+        # label_nodes: keep imex-webhook.io/domain on every Node (node_labels), fed by the Node watch.
         self.node_labels = NodeDomainLabeller(api, store.policy) if label_nodes else None
         sinks: list[tuple[Resource, Sink]] = [
             (r, self.node_labels.tee(store) if self.node_labels and r.kind == "Node" else store)
             for r in CLUSTER_RESOURCES]
-        sinks.append((DOMAIN_RESERVATIONS, self._reservations))
-        sinks.append((FABRIC_ATTACHMENTS, self.attachments))
+        sinks.append((DOMAIN_RESERVATIONS, self._reservations.cache))
+        sinks.append((FABRIC_ATTACHMENTS, self.attachments.cache))
         self._watchers = [Watcher(api, resource, sink, self._stopping, optional=resource.kind in OPTIONAL_KINDS,
                                   forbidden_ok=resource.kind in FORBIDDEN_OK_KINDS, settings=settings)
                           for resource, sink in sinks]
@@ -178,7 +168,7 @@ class KubeBackend:
             waiting.append(FABRIC_ATTACHMENTS.kind)
         if waiting:
             return False, "waiting for the first list of " + ", ".join(waiting)
-        # A watch that stopped making progress serves an ever older cache (kube_watch, "Progress").
+        # A watch that stopped making progress serves an ever older cache (watch, "Progress").
         stalled = [why for watcher in self._watchers if (why := watcher.stalled()) is not None]
         if stalled:
             return False, "; ".join(stalled)
@@ -203,7 +193,7 @@ def connect(kubeconfig: str | None, in_cluster: bool, store: ClusterStore, holde
 
     ``request_timeout`` is how long whoever waits on our API calls waits (kube-scheduler's extender
     httpTimeout); each call gets a share of it. ``holder`` names this replica on the reservations it
-    creates. ``label_nodes`` runs the node domain labeller (``kube_node_labels``). Nothing is contacted
+    creates. ``label_nodes`` runs the node domain labeller (``node_labels``). Nothing is contacted
     until ``start()``.
     """
     client = ApiClient(load_configuration(kubeconfig, in_cluster, POOL_SIZE))

@@ -2,7 +2,7 @@
 
 ``record`` only puts the occurrence in a bounded queue (``MAX_QUEUED``, client-go's size) and returns; a
 full queue drops it and counts it. One background thread takes them out, correlates them
-(``kube_event_series``: series and the rate limit) and writes: a POST for a new Event, a JSON merge PATCH
+(``event_series``: series and the rate limit) and writes: a POST for a new Event, a JSON merge PATCH
 of ``series`` for a repeat, a POST again when the Event to patch is gone (the API server's Event TTL).
 An API server that fails (500, 429, no answer) is tried ``TRIES`` times with a growing pause, then the
 write is dropped and counted; one that refuses (4xx) is not tried again. Nothing here raises into the
@@ -26,16 +26,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
-from webhook.adapters.kube.api import JSON, MERGE_PATCH, Api, ApiError, Resource
+from webhook.adapters.kube.api import JSON, MERGE_PATCH, Api, ApiError
 from webhook.adapters.kube.event_series import Correlator, Series, Write
+from webhook.adapters.kube.resources import EVENTS
 from webhook.state.events import DROP_REASONS, ObjectRef, Occurrence
+from webhook.wire.text import clip_bytes
+from webhook.wire.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
-EVENTS = Resource("Event", "events.k8s.io", "v1", "events", True)
 REPORTING_CONTROLLER = "imex-webhook.io/extender"
 MAX_QUEUED = 1000  # client-go tools/events maxQueuedEvents
 TRIES = 3  # writes to an API server that fails; client-go tries 12 times, 10 s apart, which we cannot afford
@@ -79,19 +80,6 @@ class EventWire(TypedDict):
     series: NotRequired[EventSeriesWire]
 
 
-def micro_time(when: float) -> str:
-    """MicroTime on the wire: RFC 3339 in UTC with exactly six fractional digits."""
-    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def truncate_bytes(text: str, limit: int) -> str:
-    """At most ``limit`` bytes of UTF-8, cut on a character boundary, marked with an ellipsis when cut."""
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[: limit - 3].decode("utf-8", "ignore") + "..."
-
-
 _LABEL_BAD = re.compile(r"[^a-z0-9-]+")
 
 
@@ -117,16 +105,17 @@ def event_object(series: Series, instance: str, count: int = 1, last: float | No
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
         # The Event lives with what it is about; a cluster-scoped object's would go to "default".
         "metadata": {"name": series.name, "namespace": occ.regarding.namespace or "default"},
-        "eventTime": micro_time(series.first),
+        "eventTime": rfc3339(series.first, "us"),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance[:FIELD_CHARS] or "unknown",
         "action": occ.reason.action[:FIELD_CHARS], "reason": occ.reason.name[:FIELD_CHARS],
-        "type": occ.reason.type, "note": truncate_bytes(occ.note, NOTE_BYTES), "regarding": _ref(occ.regarding),
+        "type": occ.reason.type, "note": clip_bytes(occ.note, NOTE_BYTES), "regarding": _ref(occ.regarding),
     }
     if occ.related is not None:
         event["related"] = _ref(occ.related)
     if count > 1:
-        event["series"] = {"count": count, "lastObservedTime": micro_time(last if last is not None else series.first)}
+        observed = last if last is not None else series.first
+        event["series"] = {"count": count, "lastObservedTime": rfc3339(observed, "us")}
     return event
 
 
@@ -241,7 +230,7 @@ class EventRecorder:
         ok = False
         try:
             if write.verb == "patch":
-                patch = {"series": {"count": write.count, "lastObservedTime": micro_time(write.last)}}
+                patch = {"series": {"count": write.count, "lastObservedTime": rfc3339(write.last, "us")}}
                 try:
                     self._call("PATCH", EVENTS.path(ns, series.name), patch)
                 except ApiError as exc:

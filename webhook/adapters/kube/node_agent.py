@@ -9,41 +9,39 @@ deleted, whatever the API server's selectors did), get/list/watch ``fabricattach
 Node changes are RFC 7386 merge patches (``application/merge-patch+json``). Attachment status goes to the
 ``/status`` subresource with the resourceVersion we read (409 on a stale one); when the API server does
 not serve that subresource (a CRD without ``subresources.status``), the whole object is merge-patched.
+
+Every failed call reaches the agent as the port's ``NodeApiError`` with the HTTP status (0: no answer),
+never as this adapter's ``ApiError``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
-import urllib3
 from kubernetes.client import ApiClient
 
 from webhook.adapters.kube.api import (
-    JSON,
     MERGE_PATCH,
     Api,
     ApiError,
     KubeConfigError,
-    Resource,
     Timeout,
     load_configuration,
 )
-from webhook.adapters.kube.watch import Watcher, WatchSettings
-from webhook.domain import attachments as fa
-from webhook.errors import WireError
+from webhook.adapters.kube.cache import WatchedCache
+from webhook.adapters.kube.resources import DEFAULT_DEVICE_PLUGIN_SELECTORS, FABRIC_ATTACHMENTS, NODES, PODS
+from webhook.adapters.kube.watch import Watcher
+from webhook.adapters.kube.watch_settings import WatchSettings
+from webhook.errors import NodeApiError
+from webhook.wire import fabric_attachment as fa
 
 log = logging.getLogger(__name__)
 
-NODES = Resource("Node", "", "v1", "nodes", False)
-PODS = Resource("Pod", "", "v1", "pods", True)
-FABRIC_ATTACHMENTS = Resource(fa.KIND, fa.GROUP, fa.VERSION, fa.PLURAL, False)
-# NVIDIA's device plugin: the Helm chart of NVIDIA/k8s-device-plugin labels its pods
-# app.kubernetes.io/name=nvidia-device-plugin; the GPU Operator's DaemonSet app=nvidia-device-plugin-daemonset.
-DEFAULT_DEVICE_PLUGIN_SELECTORS = ("app.kubernetes.io/name=nvidia-device-plugin", "app=nvidia-device-plugin-daemonset")
 AGENT_TIMEOUT: Timeout = (5.0, 15.0)  # nobody waits on the agent's calls but its own steps
 
 
@@ -66,62 +64,13 @@ def _matches(labels: Mapping[str, Any], selector: str) -> bool:
     return True
 
 
-class _Selecting(Api):
-    """``Api`` whose GETs of one collection carry a label selector: the watcher lists and watches only
-    this node's attachments."""
-
-    def __init__(self, api: Api, path: str, selector: str) -> None:
-        super().__init__(api.client, api.timeout)
-        self._path = path
-        self._selector = selector
-
-    def open(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
-             timeout: Timeout | None = None, content_type: str = JSON) -> urllib3.BaseHTTPResponse:
-        if method == "GET" and path == self._path:
-            query = [*query, ("labelSelector", self._selector)]
-        return super().open(method, path, query=query, body=body, timeout=timeout, content_type=content_type)
-
-
-class _AttachmentCache:
-    """The watcher's sink: this node's attachments, parsed; calls ``changed`` after each change."""
-
-    def __init__(self, node: str) -> None:
-        self.node = node
-        self.changed: Callable[[], None] = lambda: None
-        self._lock = threading.Lock()
-        self._items: dict[str, fa.Attachment] = {}
-        self.synced = False
-
-    def _parse(self, obj: Mapping[str, Any]) -> fa.Attachment | None:
-        try:
-            att = fa.parse(obj)
-        except WireError as exc:
-            log.warning("ignoring a malformed FabricAttachment %s: %s", (obj.get("metadata") or {}).get("name"), exc)
-            return None
-        return att if att.node == self.node else None  # the selector, checked again
-
-    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
-        items = {a.name: a for a in map(self._parse, objects) if a is not None}
-        with self._lock:
-            self._items = items
-        self.changed()
-
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        att = None if event == "DELETED" else self._parse(obj)
-        with self._lock:
-            if att is None:
-                self._items.pop(name, None)
-            else:
-                self._items[name] = att
-        self.changed()
-
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
-        self.synced = synced
-
-    def items(self) -> list[fa.Attachment]:
-        with self._lock:
-            return sorted(self._items.values(), key=lambda a: a.name)
+@contextmanager
+def _port_errors() -> Iterator[None]:
+    """This adapter's ``ApiError`` as the port's ``NodeApiError``: the agent knows only the port."""
+    try:
+        yield
+    except ApiError as exc:
+        raise NodeApiError(exc.status, str(exc)) from exc
 
 
 class KubeNodeApi:
@@ -133,17 +82,27 @@ class KubeNodeApi:
         self.node = node
         self.selectors = tuple(device_plugin_selectors)
         self.namespace = device_plugin_namespace
-        self._cache = _AttachmentCache(node)
+        # An attachment the agent cannot read is not acted on: it leaves the cache until it reads again.
+        self._cache: WatchedCache[fa.Attachment] = WatchedCache(fa.KIND, self._mine, forget_unreadable=True)
+        self._changed: Callable[[], None] = lambda: None
+        self._cache.subscribe(lambda _: self._changed())
         self._stopping = threading.Event()
-        selector = f"{fa.NODE_LABEL}={node}"
-        self._watcher = Watcher(_Selecting(api, FABRIC_ATTACHMENTS.path(), selector), FABRIC_ATTACHMENTS,
-                                self._cache, self._stopping, optional=True, settings=watch)
+        self._watcher = Watcher(api, FABRIC_ATTACHMENTS, self._cache, self._stopping, optional=True, settings=watch,
+                                label_selector=self._selector)
         self._started = False
+
+    @property
+    def _selector(self) -> str:
+        return f"{fa.NODE_LABEL}={self.node}"
+
+    def _mine(self, obj: Mapping[str, Any]) -> fa.Attachment | None:
+        att = fa.parse(obj)
+        return att if att.node == self.node else None  # the selector, checked again
 
     # -- attachments -------------------------------------------------------------------------------
 
     def start(self, changed: Callable[[], None]) -> None:
-        self._cache.changed = changed
+        self._changed = changed
         if not self._started:
             self._started = True
             self._watcher.start()
@@ -161,13 +120,13 @@ class KubeNodeApi:
         if not self._started:  # --once: one list instead of a watch
             self._cache.replace(fa.KIND, self._list_attachments())
             self._cache.mark_synced(fa.KIND)
-        return self._cache.items()
+        return sorted(self._cache.items().values(), key=lambda a: a.name)
 
     def _list_attachments(self) -> list[dict[str, Any]]:
         try:
-            doc = self.api.call("GET", FABRIC_ATTACHMENTS.path(),
-                                query=[("labelSelector", f"{fa.NODE_LABEL}={self.node}")])
-        except ApiError as exc:
+            with _port_errors():
+                doc = self.api.call("GET", FABRIC_ATTACHMENTS.path(), query=[("labelSelector", self._selector)])
+        except NodeApiError as exc:
             if exc.status == 404:
                 log.warning("the FabricAttachment CRD is not installed; no attachments to handle")
                 return []
@@ -176,8 +135,9 @@ class KubeNodeApi:
 
     def read_attachment(self, name: str) -> fa.Attachment | None:
         try:
-            return fa.parse(self.api.call("GET", FABRIC_ATTACHMENTS.path(name=name)))
-        except ApiError as exc:
+            with _port_errors():
+                return fa.parse(self.api.call("GET", FABRIC_ATTACHMENTS.path(name=name)))
+        except NodeApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -187,7 +147,7 @@ class KubeNodeApi:
                 "metadata": {"name": att.name, "resourceVersion": att.version}, "status": fa.status_body(att)}
         try:
             stored = self._merge_patch(FABRIC_ATTACHMENTS.path(name=att.name, sub="status"), body)
-        except ApiError as exc:
+        except NodeApiError as exc:
             if exc.status != 404 or self.read_attachment(att.name) is None:
                 raise
             log.debug("no status subresource for %s; patching the whole object", fa.PLURAL)
@@ -197,12 +157,17 @@ class KubeNodeApi:
     # -- node and device plugin --------------------------------------------------------------------
 
     def read_node(self) -> dict[str, Any]:
-        return self.api.call("GET", NODES.path(name=self.node))
+        with _port_errors():
+            return self.api.call("GET", NODES.path(name=self.node))
 
     def patch_node(self, patch: dict[str, Any]) -> dict[str, Any]:
         return self._merge_patch(NODES.path(name=self.node), patch)
 
     def refresh_device_plugin(self) -> list[str]:
+        with _port_errors():
+            return self._refresh_device_plugin()
+
+    def _refresh_device_plugin(self) -> list[str]:
         deleted: list[str] = []
         for selector in self.selectors:
             query = [("labelSelector", selector), ("fieldSelector", f"spec.nodeName={self.node}")]
@@ -228,7 +193,8 @@ class KubeNodeApi:
     # -- RFC 7386 merge patches (kube-apiserver wants the patch format in the content type) ----------
 
     def _merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.api.call("PATCH", path, body=body, content_type=MERGE_PATCH)
+        with _port_errors():
+            return self.api.call("PATCH", path, body=body, content_type=MERGE_PATCH)
 
 
 # The agent's name for it; the same error as the extender's.

@@ -34,7 +34,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, Resource
+from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError
+from webhook.adapters.kube.resources import NODES
 from webhook.adapters.kube.watch import Sink
 from webhook.domain import node_labels
 from webhook.domain.node_labels import LabelState
@@ -43,7 +44,6 @@ from webhook.errors import WireError
 
 log = logging.getLogger(__name__)
 
-NODES = Resource("Node", "", "v1", "nodes", False)
 OUTCOMES = ("set", "removed", "unchanged", "conflict", "retry", "failed", "gone", "malformed", "error")
 
 

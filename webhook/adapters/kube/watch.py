@@ -34,19 +34,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import orjson
 import urllib3
 
-from webhook.adapters.kube.api import Api, ApiError, Resource
+from webhook.adapters.kube.api import Api, ApiError
+from webhook.adapters.kube.resources import Resource
+from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.errors import ImexWebhookError
 
 log = logging.getLogger(__name__)
 
-BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
+BACKOFF_FIRST = 0.5
 # A watch silent for longer than its server-side timeout plus this is dead (a half-open connection after
 # a network partition): the server ends every watch at timeoutSeconds, with a bookmark first.
 WATCH_SLACK = 30.0
@@ -58,42 +59,13 @@ WATCH_AT_ONCE = 0.5
 
 
 class Sink(Protocol):
-    """Where a watcher puts what it learns (``ClusterStore``, the reservation cache)."""
+    """Where a watcher puts what it learns (``ClusterStore``, a ``cache.WatchedCache``)."""
 
     def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None: ...
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None: ...
 
     def mark_synced(self, kind: str, synced: bool = True) -> None: ...
-
-
-class SyncFlag:
-    """``mark_synced``/``synced`` for a watcher-fed cache: false until its first list arrived."""
-
-    def __init__(self) -> None:
-        self._sync_lock = threading.Lock()
-        self._synced = False
-
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
-        with self._sync_lock:
-            self._synced = synced
-
-    @property
-    def synced(self) -> bool:
-        with self._sync_lock:
-            return self._synced
-
-
-@dataclass(frozen=True, slots=True)
-class WatchSettings:
-    timeout: float | None = None  # server-side timeoutSeconds; None: 5-10 min at random, as client-go
-    absent_recheck: float = 60.0  # how often an optional resource that is not served is looked for again
-    page_size: int = 500  # objects per LIST page: bounded memory and answer time on a 5,000-node cluster
-    stall_timeout: float = 300.0  # seconds without progress (see the module docstring) before not ready
-    # The longest pause between relists after repeated failures: once the API server is healthy again,
-    # a cache is back in step within this plus one list (tests shorten it to state a tighter bound).
-    backoff_max: float = BACKOFF_MAX
-    clock: Callable[[], float] = time.monotonic
 
 
 class _Gone(ImexWebhookError):
@@ -107,9 +79,12 @@ def _jitter(delay: float) -> float:
 
 class Watcher:
     def __init__(self, api: Api, resource: Resource, sink: Sink, stopping: threading.Event, *,
-                 optional: bool = False, forbidden_ok: bool = False, settings: WatchSettings | None = None) -> None:
+                 optional: bool = False, forbidden_ok: bool = False, settings: WatchSettings | None = None,
+                 label_selector: str = "") -> None:
         self._api = api
         self._resource = resource
+        # Lists and watches carry it: the node agent keeps only its own node's attachments.
+        self._selection = [("labelSelector", label_selector)] if label_selector else []
         self._sink = sink
         self._stopping = stopping
         self._optional = optional
@@ -236,7 +211,8 @@ class Watcher:
         items: list[Any] = []
         version = token = ""
         while True:
-            query = [("limit", str(self._settings.page_size))] + ([("continue", token)] if token else [])
+            query = [("limit", str(self._settings.page_size)), *self._selection] + (
+                [("continue", token)] if token else [])
             try:
                 page = self._api.call("GET", self._resource.path(), query=query, track=self._track)
             except ApiError as exc:
@@ -262,7 +238,7 @@ class Watcher:
         """One watch request; returns the last resourceVersion seen, the events applied, the seconds."""
         server_timeout = self._settings.timeout or random.uniform(300, 600)
         query = [("watch", "true"), ("resourceVersion", version), ("allowWatchBookmarks", "true"),
-                 ("timeoutSeconds", str(max(1, round(server_timeout))))]
+                 ("timeoutSeconds", str(max(1, round(server_timeout)))), *self._selection]
         timeout = (self._api.timeout[0], server_timeout + WATCH_SLACK)
         started, events = time.monotonic(), 0
         try:

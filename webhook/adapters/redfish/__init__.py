@@ -1,1 +1,4 @@
-"""The Redfish Composition Service adapter: HTTP and sessions, payloads, the attach/detach converger, the client."""
+"""The Redfish Composition Service adapter: ``client.RedfishClient`` (the facade callers hold) over ``http``
+(transport and sessions), ``inventory`` (discovery and cached reads) and ``converger`` (attach and detach
+that never compose a block twice, waiting with ``tasks``); ``payloads`` parses, ``fabric`` adapts the client
+to the attacher's port."""

@@ -3,25 +3,24 @@
 Translates ``BlockInfo`` into the attachment's ``Block`` and ``FabricError`` into ``FabricFailure`` (or
 ``TimeoutError`` when only the deadline ran out, so that the attacher reports "still composing" and the
 next bind continues instead of declaring the attach failed). Also refreshes the free GPUs per zone into
-the ClusterStore on an interval: that is the "attachable" capacity every filter call reads.
+the ClusterStore on an interval: that is the "attachable" capacity every filter call reads, and the only
+background refresh of the fabric inventory (the client itself refreshes only when a read finds its
+snapshot older than ``refresh_interval``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
+from typing import Protocol
 
 from webhook.adapters.redfish.client import RedfishClient
-from webhook.adapters.redfish.payloads import BlockInfo, FabricError
-from webhook.domain.attachments import Block
-from webhook.state.cluster import ClusterStore
+from webhook.adapters.redfish.payloads import FabricError
 from webhook.state.fabric import FabricFailure
+from webhook.wire.fabric_attachment import Block
 
 log = logging.getLogger(__name__)
-
-
-def _block(info: BlockInfo) -> Block:
-    return Block(id=info.id, uuid=info.uuid, pci_address=info.pci_address)
 
 
 def _failure(exc: FabricError) -> Exception:
@@ -30,6 +29,12 @@ def _failure(exc: FabricError) -> Exception:
     if exc.deadline:
         return TimeoutError(str(exc))
     return FabricFailure(str(exc))
+
+
+class FreeSink(Protocol):
+    """Where the free fabric GPUs per zone go (``ClusterStore``)."""
+
+    def set_fabric_free(self, free: Mapping[str, int]) -> None: ...
 
 
 class RedfishFabric:
@@ -52,7 +57,7 @@ class RedfishFabric:
     def free_blocks(self, zone: str) -> list[Block]:
         self.client.invalidate()  # choosing blocks wants the current state, not the last refresh
         try:
-            return [_block(b) for b in self.client.free_blocks().get(zone, [])]
+            return [b.to_block() for b in self.client.free_blocks().get(zone, [])]
         except FabricError as exc:
             raise FabricFailure(str(exc)) from exc
 
@@ -64,7 +69,7 @@ class RedfishFabric:
 
     def attach(self, system: str, block_ids: list[str], deadline: float) -> list[Block]:
         try:
-            return [_block(b) for b in self.client.attach(system, block_ids, deadline)]
+            return [b.to_block() for b in self.client.attach(system, block_ids, deadline)]
         except FabricError as exc:
             raise _failure(exc) from exc
 
@@ -85,7 +90,7 @@ class RedfishFabric:
                 out.setdefault(system, set()).add(block.id)
         return out
 
-    def feed(self, store: ClusterStore, interval: float) -> None:
+    def feed(self, store: FreeSink, interval: float) -> None:
         """Keep ``store``'s free-blocks-per-zone current (a background thread until ``stop``)."""
         def loop() -> None:
             while True:

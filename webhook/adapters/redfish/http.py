@@ -1,15 +1,14 @@
-"""HTTP for the Redfish client: one keep-alive ``requests.Session`` per thread, authentication (a shared
-Redfish session or HTTP Basic, see ``redfish_auth``), deadlines, reads with retries.
+"""The Redfish client's HTTP transport: one keep-alive ``requests.Session`` per thread, authentication (a
+shared Redfish session or HTTP Basic, see ``auth.py``), deadlines, reads with retries, error texts, backoff.
 
 ``requests.Session`` is not thread-safe, so each thread gets its own (JSON headers); TLS verification
 (True, False or a CA file) is passed on every request, because requests lets ``REQUESTS_CA_BUNDLE``
 override a Session's ``verify`` (psf/requests#3829) and would silently swap the fabric's CA for the
 system bundle. Reads are retried on no answer and 5xx (they are safe to repeat); changes are never
-retried here (the engine in ``redfish_ops`` decides after re-reading the state), except once after a 401
-that a fresh session login answers: a service authenticates before it does anything, so the refused
-request changed nothing.
+retried here (``converger.py`` decides after re-reading the state), except once after a 401 that a fresh
+session login answers: a service authenticates before it does anything, so the refused request changed
+nothing.
 """
-
 from __future__ import annotations
 
 import functools
@@ -34,10 +33,10 @@ from webhook.adapters.redfish.auth import (
 from webhook.adapters.redfish.payloads import FabricError
 from webhook.errors import ImexWebhookError
 
-log = logging.getLogger("imex_webhook.fabric")
+log = logging.getLogger(__name__)
 
 
-class Transport(ImexWebhookError):
+class NoReply(ImexWebhookError):
     """No reply (refused, reset, timed out, or the deadline passed): the request may or may not have landed."""
 
     def __init__(self, text: str, deadline: bool = False) -> None:
@@ -54,7 +53,9 @@ def _without_userinfo(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-class HttpClient:
+class HttpTransport:
+    """Requests to one service, shared by the inventory and the converger (both thread-safe)."""
+
     def __init__(self, base_url: str, username: str, password: str, verify: bool | str, timeout: float,
                  retries: int, backoff: float, clock: Callable[[], float], sleep: Callable[[float], None],
                  auth: AuthMode = "auto") -> None:
@@ -86,7 +87,7 @@ class HttpClient:
             return self.timeout
         remaining = deadline - self.clock()
         if remaining <= 0:
-            raise Transport("deadline passed", deadline=True)
+            raise NoReply("deadline passed", deadline=True)
         return min(self.timeout, max(remaining, 0.05))
 
     def _raw(self, method: str, path: str, timeout: float, deadline: float | None, *, json: Any = None,
@@ -98,7 +99,7 @@ class HttpClient:
         except requests.RequestException as exc:
             # A timeout cut short to fit the deadline is the deadline running out.
             late = deadline is not None and self.clock() >= deadline
-            raise Transport(wire.short(str(exc)), deadline=late) from exc
+            raise NoReply(wire.short(str(exc)), deadline=late) from exc
 
     def send(self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None,
              deadline: float | None = None) -> requests.Response:
@@ -123,7 +124,7 @@ class HttpClient:
         creds = self.auth.credentials(functools.partial(self._login, deadline))
         if isinstance(creds, Login):
             if creds.closed:
-                raise Transport("the client is closed")
+                raise NoReply("the client is closed")
             refusal: requests.Response = creds.refusal
             return refusal, None
         resp = self._raw(method, path, self._timeout(deadline), deadline, json=json, basic=creds.basic,
@@ -178,7 +179,7 @@ class HttpClient:
             return
         try:
             resp = self._raw("DELETE", location, self.timeout, None, headers={"X-Auth-Token": token})
-        except Transport as exc:
+        except NoReply as exc:
             log.warning("could not log out of %s: %s", self.base_url, exc)
             return
         if resp.status_code not in (200, 202, 204, 401, 404):  # 401/404: the session was gone already
@@ -221,7 +222,7 @@ class HttpClient:
                 self.pause(attempt, deadline, hint)
             try:
                 resp = self.send("GET", path, deadline=deadline)
-            except Transport as exc:
+            except NoReply as exc:
                 last = FabricError(operation, path, f"no answer: {exc}", phase="read", retryable=True,
                                    deadline=exc.deadline)
                 continue

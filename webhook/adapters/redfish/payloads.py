@@ -1,6 +1,6 @@
 """What the Redfish client reads out of a composition service's payloads: results, errors, task states.
 
-Pure functions over decoded JSON, kept apart from the HTTP code in ``webhook.adapters.redfish.client`` so each
+Pure functions over decoded JSON, kept apart from the HTTP code (``http.py``) and the engines using it, so each
 tolerance for a real-world quirk is visible and testable on its own: ``Processors`` as an array of links
 (the DMTF mockup) or as a link to a ProcessorCollection; the zone of a block from its ``Links.Zones``
 or from the zone's ``Links.ResourceBlocks``; the GPU UUID from ``Oem.ImexWebhook.GpuUuid``, the
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from webhook.domain.attachments import Block
 from webhook.errors import ImexWebhookError
+from webhook.wire.fabric_attachment import Block
+from webhook.wire.text import clip
 
 MAX_TEXT = 256  # bodies and messages quoted in errors are cut to this many characters
 IN_USE = "ResourceBlockInUse"
@@ -106,8 +107,7 @@ class BlockInfo:
 
 
 def short(text: str, limit: int = MAX_TEXT) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(" ".join(str(text).split()), limit)
 
 
 def path_of(uri: str) -> str:

@@ -14,12 +14,13 @@ from flask import Flask, Response, request
 from webhook.sim.fabric import inventory as inv
 from webhook.sim.fabric.compose import Simulator
 from webhook.sim.fabric.messages import RedfishError, parse_body
+from webhook.wire.text import clip
 
 JsonResponse = Callable[[int, Any], Response]
 
 
 def _bad(json_response: JsonResponse, text: str) -> Response:
-    return json_response(400, {"error": text if len(text) <= 300 else text[:297] + "..."})
+    return json_response(400, {"error": clip(text, 300)})
 
 
 def _object(json_response: JsonResponse) -> dict[str, Any] | Response:

@@ -23,7 +23,7 @@ from webhook.sim.fabric import admin, sessions
 from webhook.sim.fabric.compose import Simulator
 from webhook.sim.fabric.messages import RedfishError, Reply, error_body, message, parse_body
 
-log = logging.getLogger("imex_webhook.fabric_sim")
+log = logging.getLogger(__name__)
 MAX_BODY = 1 << 20
 _OPEN = {"/redfish", "/redfish/", "/redfish/v1", "/redfish/v1/", "/redfish/v1/odata", "/redfish/v1/$metadata"}
 _LOGIN = {sessions.SESSIONS, f"{sessions.SESSIONS}/Members"}  # DSP0266: a POST to either creates a session

@@ -1,7 +1,7 @@
 """``imex-webhook fabric-sim``: run the Redfish composition simulator standalone.
 
-``main(argv)`` takes the arguments after the subcommand; ``add_arguments`` / ``run`` serve a parent
-parser that wants the flags in its own ``--help``. The first line on stdout names the URL (and the CA to
+``add_arguments`` / ``run`` are the subcommand (hosted by ``webhook.cli`` through ``webhook.composition``);
+``main(argv)`` is ``python -m webhook.sim.fabric``. The first line on stdout names the URL (and the CA to
 trust), so a script that binds port 0 can read where the simulator listens.
 """
 
@@ -23,6 +23,8 @@ from certs.issue import CertError
 from webhook.sim.fabric import inventory as inv
 from webhook.sim.fabric import server
 
+DESCRIPTION = ("A stateful DMTF Redfish composition service (ResourceBlocks, zones, expandable systems, tasks, "
+               "ETags, fault injection).")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind", default="127.0.0.1:8443", metavar="HOST:PORT",
@@ -104,8 +106,6 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="imex-webhook fabric-sim",
-                                description="A stateful DMTF Redfish composition service (ResourceBlocks, zones, "
-                                            "expandable systems, tasks, ETags, fault injection).")
+    p = argparse.ArgumentParser(prog="imex-webhook fabric-sim", description=DESCRIPTION)
     add_arguments(p)
     return run(p.parse_args(list(sys.argv[1:] if argv is None else argv)))

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from webhook.errors import ImexWebhookError
+from webhook.wire.text import clip
 
 DEMO_ZONE = "pcie-pool-1"
 DEMO_SYSTEMS = ("fab-00", "fab-01", "fab-02", "fab-03")
@@ -36,8 +37,7 @@ _MAX_NUMBER = 2**63 - 1
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return clip(repr(value), 80)
 
 
 class InventoryError(ImexWebhookError, ValueError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.errors import ImexWebhookError
+from webhook.wire.text import clip
 
 BASE = "Base.1.22"
 COMPOSITION = "Composition.1.1"
@@ -112,7 +113,7 @@ def message(key: str, *args: str, legacy_severity: bool = True) -> dict[str, Any
     """One Message object. ``Severity`` is deprecated but many clients still read it, so error bodies carry
     both; resources the validator checks (Task.Messages) leave it out (``legacy_severity=False``)."""
     prefix, text, severity, resolution = _REGISTRY[key]
-    args = tuple(_cut(arg) for arg in args)  # echoed request data must not make a reply huge
+    args = tuple(clip(arg, MAX_ARG) for arg in args)  # echoed request data must not make a reply huge
     for i, arg in enumerate(args, start=1):
         text = text.replace(f"%{i}", arg)
     out: dict[str, Any] = {
@@ -162,10 +163,6 @@ def not_found(kind: str, name: str) -> RedfishError:
 
 MAX_ARG = 200  # characters of request data echoed in a MessageArg
 MAX_DEPTH = 32  # nesting of arrays and objects in a request body; Redfish bodies need a handful
-
-
-def _cut(arg: str) -> str:
-    return arg if len(arg) <= MAX_ARG else arg[: MAX_ARG - 3] + "..."
 
 
 def _no_constant(name: str) -> Any:

@@ -23,7 +23,7 @@ from webhook.sim.fabric import inventory as inv
 from webhook.sim.fabric.app import create_app
 from webhook.sim.fabric.compose import Simulator
 
-log = logging.getLogger("imex_webhook.fabric_sim")
+log = logging.getLogger(__name__)
 
 
 class _AccessLogHandler(WSGIRequestHandler):

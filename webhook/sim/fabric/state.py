@@ -12,7 +12,6 @@ resource that changed and changed back.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import itertools
 import math
 import random
@@ -24,12 +23,13 @@ from typing import Any
 
 from webhook.sim.fabric import inventory as inv
 from webhook.sim.fabric.messages import RedfishError, Reply, error_body, message
+from webhook.wire.timestamps import rfc3339
 
 MAX_TASKS = 200  # finished tasks beyond this are purged, oldest first (their monitors then answer 404)
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    return rfc3339(time.time(), "s")
 
 
 @dataclass

@@ -1,16 +1,24 @@
 """Typed reads of decoded JSON fields, each naming the offending field in its ``WireError``, with
-Kubernetes' own length limits on the strings of objects the API server has validated."""
+Kubernetes' own length limits on the strings of objects the API server has validated. Every codec in the
+project reads its fields through these.
+
+The string bounds are Kubernetes' validation limits, so no object a real API server stores is ever refused;
+they exist because requests do not all come from one (a hand-made ExtenderArgs, a fuzzer), and what we
+parse is kept, listed by /inspect and quoted in errors. docs/HARDENING.md lists them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain import keys
-from webhook.domain.limits import ANNOTATIONS_MAX, LABEL_KEY_MAX, LABEL_VALUE_MAX, NAME_MAX, shown
 from webhook.errors import WireError
+from webhook.wire.text import shown
 
-_OURS = f"{keys.PREFIX}/"
+NAME_MAX = 253  # object names, namespaces, UIDs, node names: a DNS subdomain at most
+LABEL_KEY_MAX = 253 + 1 + 63  # DNS-subdomain prefix, "/", name
+LABEL_VALUE_MAX = 63
+ANNOTATIONS_MAX = 256 * 1024  # all of one object's annotation keys and values together (TotalAnnotationSizeLimitB)
 
 
 def map_(value: Any, path: str) -> Mapping[str, Any]:
@@ -37,6 +45,24 @@ def str_(value: Any, path: str, default: str = "", limit: int | None = NAME_MAX)
         raise WireError(path, f"expected a string, got {type(value).__name__}")
     if limit is not None and len(value) > limit:
         raise WireError(path, f"{shown(value)} is longer than {limit} characters, the most Kubernetes allows")
+    return value
+
+
+def str_at(obj: Mapping[str, Any], key: str, path: str, required: bool = False, limit: int | None = None) -> str:
+    """``obj[key]`` as a string, "" when absent; ``required``: absent or empty is an error (``path.key``)."""
+    where = f"{path}.{key}" if path else key
+    value = str_(obj.get(key), where, limit=limit)
+    if required and not value:
+        raise WireError(where, "missing")
+    return value
+
+
+def int_(value: Any, path: str, default: int = 0) -> int:
+    """A non-negative JSON integer (a boolean is not one)."""
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise WireError(path, f"expected a non-negative integer, got {shown(value)}")
     return value
 
 
@@ -68,9 +94,3 @@ def annotation_map(value: Any, path: str, validated: bool = True) -> dict[str, s
         raise WireError(path, f"annotations total {size} characters; Kubernetes allows {ANNOTATIONS_MAX} "
                         "(256 KiB) per object")
     return annotations
-
-
-def ours(values: dict[str, str]) -> dict[str, str]:
-    # A pod is kept (embedded mode learns pods from requests): of its labels and annotations, only the
-    # imex-webhook.io/ ones are ever read, and only they are kept.
-    return {k: v for k, v in values.items() if k.startswith(_OURS)}

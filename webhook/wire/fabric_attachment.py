@@ -1,5 +1,6 @@
-"""The FabricAttachment contract shared by the extender (which creates and advances it), the node agent
-(which prepares and releases the GPUs) and the reconciler (which rolls back and cleans up).
+"""The FabricAttachment custom resource and its codec: the contract shared by the extender (which creates
+and advances it), the node agent (which prepares and releases the GPUs) and the reconciler (which rolls
+back and cleans up).
 
 ``imex-webhook.io/v1alpha1``, kind ``FabricAttachment``, cluster-scoped (the agent watches the ones for
 its node with the label selector ``imex-webhook.io/node=<node>``). One object per pod that needs fabric
@@ -26,20 +27,68 @@ import enum
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from webhook.domain import keys
 from webhook.errors import WireError
+from webhook.wire import PREFIX
+from webhook.wire.fields import int_, list_, map_, str_at
+from webhook.wire.text import shown
 
-GROUP = "imex-webhook.io"
+GROUP = PREFIX
 VERSION = "v1alpha1"
 KIND = "FabricAttachment"
 PLURAL = "fabricattachments"
-NODE_LABEL = f"{keys.PREFIX}/node"
-POD_UID_LABEL = f"{keys.PREFIX}/pod-uid"
-FINALIZER = f"{keys.PREFIX}/detach"
+NODE_LABEL = f"{PREFIX}/node"
+POD_UID_LABEL = f"{PREFIX}/pod-uid"
+FINALIZER = f"{PREFIX}/detach"
 RELEASED_CONDITION = "Released"
 READY_CONDITION = "Ready"
+
+
+class PodRef(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+
+
+class FabricAttachmentSpec(TypedDict):
+    node: str
+    pod: PodRef
+    zone: str
+    gpus: int
+    system: str  # the node's Redfish ComputerSystem @odata.id
+
+
+class BlockStatus(TypedDict):
+    id: str
+    uuid: str
+    pciAddress: str
+
+
+class AttachmentCondition(TypedDict):
+    """``metav1.Condition``, as much of it as the project writes."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    lastTransitionTime: str
+
+
+class FabricAttachmentStatus(TypedDict):
+    phase: str
+    blocks: list[BlockStatus]
+    message: str
+    phaseSince: str
+    conditions: list[AttachmentCondition]
+
+
+class FabricAttachment(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: dict[str, Any]
+    spec: FabricAttachmentSpec
+    status: NotRequired[FabricAttachmentStatus]
 
 
 class Phase(enum.StrEnum):
@@ -101,60 +150,56 @@ def name_for(pod_uid: str) -> str:
     return "fa-" + hashlib.sha256(pod_uid.encode()).hexdigest()[:24]
 
 
-def _str(obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
-    value = obj.get(key)
-    if value is None or value == "":
-        if required:
-            raise WireError(f"{path}.{key}", "missing")
-        return ""
-    if not isinstance(value, str):
-        raise WireError(f"{path}.{key}", f"expected a string, got {type(value).__name__}")
-    return value
+def _block(raw: Any, path: str) -> Block:
+    raw = map_(raw, path)
+    return Block(id=str_at(raw, "id", path, required=True), uuid=str_at(raw, "uuid", path),
+                 pci_address=str_at(raw, "pciAddress", path))
 
 
-def parse(obj: Mapping[str, Any]) -> Attachment:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    pod = spec.get("pod") or {}
-    gpus = spec.get("gpus", 0)
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-        raise WireError("spec.gpus", f"expected a non-negative integer, got {gpus!r}")
-    phase_raw = status.get("phase") or Phase.PENDING.value
+def _condition(raw: Any, path: str) -> Condition:
+    raw = map_(raw, path)
+    return Condition(type=str_at(raw, "type", path, True), status=str_at(raw, "status", path, True),
+                     reason=str_at(raw, "reason", path), message=str_at(raw, "message", path),
+                     last_transition_time=str_at(raw, "lastTransitionTime", path))
+
+
+def _phase(status: Mapping[str, Any]) -> Phase:
+    text = str_at(status, "phase", "status") or Phase.PENDING.value
     try:
-        phase = Phase(phase_raw)
-    except ValueError as exc:
-        raise WireError("status.phase", f"unknown phase {phase_raw!r}") from exc
-    blocks = tuple(
-        Block(id=_str(b, "id", f"status.blocks[{i}]", required=True), uuid=_str(b, "uuid", "b"),
-              pci_address=_str(b, "pciAddress", "b"))
-        for i, b in enumerate(status.get("blocks") or ())
-    )
-    conditions = tuple(
-        Condition(type=_str(c, "type", "c", True), status=_str(c, "status", "c", True), reason=_str(c, "reason", "c"),
-                  message=_str(c, "message", "c"), last_transition_time=_str(c, "lastTransitionTime", "c"))
-        for c in status.get("conditions") or ()
-    )
+        return Phase(text)
+    except ValueError:
+        raise WireError("status.phase", f"unknown phase {shown(text)}") from None
+
+
+def parse(obj: Any) -> Attachment:
+    """A FabricAttachment object as the API server returns it; a malformed one raises ``WireError``."""
+    obj = map_(obj, "")
+    meta = map_(obj.get("metadata"), "metadata")
+    spec = map_(obj.get("spec"), "spec")
+    status = map_(obj.get("status"), "status")
+    pod = map_(spec.get("pod"), "spec.pod")
     return Attachment(
-        name=_str(meta, "name", "metadata", required=True),
-        node=_str(spec, "node", "spec", required=True),
-        pod_namespace=_str(pod, "namespace", "spec.pod"),
-        pod_name=_str(pod, "name", "spec.pod"),
-        pod_uid=_str(pod, "uid", "spec.pod"),
-        zone=_str(spec, "zone", "spec"),
-        gpus=gpus,
-        system=_str(spec, "system", "spec"),
-        phase=phase,
-        blocks=blocks,
-        message=_str(status, "message", "status"),
-        phase_since=_str(status, "phaseSince", "status"),
-        conditions=conditions,
-        version=_str(meta, "resourceVersion", "metadata"),
+        name=str_at(meta, "name", "metadata", required=True),
+        node=str_at(spec, "node", "spec", required=True),
+        pod_namespace=str_at(pod, "namespace", "spec.pod"),
+        pod_name=str_at(pod, "name", "spec.pod"),
+        pod_uid=str_at(pod, "uid", "spec.pod"),
+        zone=str_at(spec, "zone", "spec"),
+        gpus=int_(spec.get("gpus"), "spec.gpus"),
+        system=str_at(spec, "system", "spec"),
+        phase=_phase(status),
+        blocks=tuple(_block(b, f"status.blocks[{i}]")
+                     for i, b in enumerate(list_(status.get("blocks"), "status.blocks"))),
+        message=str_at(status, "message", "status"),
+        phase_since=str_at(status, "phaseSince", "status"),
+        conditions=tuple(_condition(c, f"status.conditions[{i}]")
+                         for i, c in enumerate(list_(status.get("conditions"), "status.conditions"))),
+        version=str_at(meta, "resourceVersion", "metadata"),
         deleting=bool(meta.get("deletionTimestamp")),
     )
 
 
-def status_body(att: Attachment) -> dict[str, Any]:
+def status_body(att: Attachment) -> FabricAttachmentStatus:
     return {
         "phase": att.phase.value,
         "blocks": [{"id": b.id, "uuid": b.uuid, "pciAddress": b.pci_address} for b in att.blocks],
@@ -168,7 +213,7 @@ def status_body(att: Attachment) -> dict[str, Any]:
     }
 
 
-def to_object(att: Attachment) -> dict[str, Any]:
+def to_object(att: Attachment) -> FabricAttachment:
     meta: dict[str, Any] = {
         "name": att.name,
         "labels": {NODE_LABEL: att.node, POD_UID_LABEL: att.pod_uid},

@@ -1,0 +1,55 @@
+"""The nodes as filters see them: each ``Node`` with the whole GPUs of its DRA ResourceSlices added
+(``webhook.domain.slices``), so DRA-only nodes have capacity too, and the domains they form.
+
+The nodes mapping handed to snapshots is rebuilt only after a node changed: its identity marks the node
+generation that memoized node sets (``webhook.state.node_sets``) are keyed by.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import replace
+
+from webhook.domain.model import Node, ObjectKey
+from webhook.domain.slices import SliceGpus
+
+NodeView = tuple[dict[str, Node], dict[str, tuple[str, ...]]]  # nodes by name, node names by domain
+
+
+class NodeIndex:
+    """Not thread-safe on its own: the store calls it under its lock."""
+
+    def __init__(self, parsed: Mapping[ObjectKey, Node]) -> None:
+        self._parsed = parsed  # the store's table of Nodes as parsed from the Node alone, by ("", name)
+        self.nodes: dict[str, Node] = {}
+        self._dra_gpus: dict[str, int] = defaultdict(int)
+        self._view: NodeView | None = None
+
+    def refresh(self, name: str) -> None:
+        self._view = None
+        parsed = self._parsed.get(("", name))
+        if parsed is None:
+            self.nodes.pop(name, None)
+            return
+        dra = self._dra_gpus.get(name, 0)
+        self.nodes[name] = replace(parsed, gpus=parsed.gpus + dra, dra_gpus=dra) if dra else parsed
+
+    def slice_changed(self, old: SliceGpus | None, new: SliceGpus | None) -> None:
+        touched = {s.node for s in (old, new) if s is not None and s.node}
+        for s in (old, new):
+            if s is not None and s.node:
+                self._dra_gpus[s.node] += s.gpus if s is new else -s.gpus
+        for node in touched:
+            if self._dra_gpus[node] <= 0:
+                del self._dra_gpus[node]
+            self.refresh(node)
+
+    def view(self) -> NodeView:
+        if self._view is None:
+            domains: dict[str, list[str]] = defaultdict(list)
+            for node in self.nodes.values():
+                if node.domain:
+                    domains[node.domain].append(node.name)
+            self._view = dict(self.nodes), {d: tuple(sorted(ns)) for d, ns in domains.items()}
+        return self._view

@@ -1,0 +1,104 @@
+"""What the ``ClusterStore`` derives from each pod (group, demand, GPUs held) and the aggregates over them
+(GPUs used per node, groups and ComputeDomains per node, members per group), kept up to date one pod at a
+time so that a snapshot is a few shallow copies.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from webhook.domain import capacity, grouping
+from webhook.domain.model import Catalog, Member, Node, ObjectKey, Pod
+from webhook.domain.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    pod: Pod
+    group_id: str | None
+    compute_domain: str | None
+    gpus: int  # what the pod holds on its node while bound and not terminated
+    member: Member | None
+
+
+def derive(pod: Pod, catalog: Catalog, policy: Policy, nodes: Mapping[str, Node]) -> Derived:
+    """Raises whatever grouping or demand raises for a pod no one foresaw."""
+    group = grouping.resolve(pod, catalog, policy).group
+    need = capacity.demand(pod, catalog, policy)
+    held = 0
+    if pod.node_name and not pod.terminated:
+        node = nodes.get(pod.node_name)
+        held = node.gpus if need.whole_node and node else need.gpus
+    member = Member(pod, need) if group is not None else None
+    return Derived(pod, group.id if group else None, group.compute_domain if group else None, held, member)
+
+
+def _decrement(table: dict[str, dict[str, int]], node: str, value: str | None) -> None:
+    if not value:
+        return
+    table[node][value] -= 1
+    if table[node][value] <= 0:
+        del table[node][value]
+    if not table[node]:
+        del table[node]
+
+
+class PodIndex:
+    """Not thread-safe on its own: the store calls it under its lock."""
+
+    def __init__(self) -> None:
+        self.pods: dict[ObjectKey, Derived] = {}
+        self.uids: dict[str, ObjectKey] = {}
+        self.used: dict[str, int] = defaultdict(int)
+        self.node_groups: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.node_cds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.members: dict[str, dict[ObjectKey, Member]] = defaultdict(dict)
+
+    def pod(self, key: ObjectKey) -> Pod | None:
+        derived = self.pods.get(key)
+        return derived.pod if derived else None
+
+    def by_uid(self, uid: str) -> Pod | None:
+        key = self.uids.get(uid)
+        return self.pod(key) if key else None
+
+    def in_namespace(self, namespace: str) -> list[Pod]:
+        return [d.pod for k, d in self.pods.items() if k[0] == namespace]
+
+    def set(self, derived: Derived) -> None:
+        pod = derived.pod
+        self.unset(pod.key)
+        self.pods[pod.key] = derived
+        if pod.uid:
+            self.uids[pod.uid] = pod.key
+        node = pod.node_name
+        if node and not pod.terminated:
+            self.used[node] += derived.gpus
+            if derived.group_id:
+                self.node_groups[node][derived.group_id] += 1
+            if derived.compute_domain:
+                self.node_cds[node][derived.compute_domain] += 1
+        if derived.group_id and derived.member is not None:
+            self.members[derived.group_id][pod.key] = derived.member
+
+    def unset(self, key: ObjectKey) -> None:
+        old = self.pods.pop(key, None)
+        if old is None:
+            return
+        if old.pod.uid and self.uids.get(old.pod.uid) == key:
+            del self.uids[old.pod.uid]
+        node = old.pod.node_name
+        if node and not old.pod.terminated:
+            self.used[node] -= old.gpus
+            if self.used[node] <= 0:
+                del self.used[node]
+            _decrement(self.node_groups, node, old.group_id)
+            _decrement(self.node_cds, node, old.compute_domain)
+        if old.group_id:
+            members = self.members.get(old.group_id)
+            if members is not None:
+                members.pop(key, None)
+                if not members:
+                    del self.members[old.group_id]
