@@ -31,6 +31,7 @@ from webhook.domain import keys
 from webhook.service import logs
 from webhook.sim.agents import MemoryNodeApi
 from webhook.wire import fabric_attachment as fa
+from webhook.wire import gpu_inventory
 
 NODE = "gb200-rack1-tray3"
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
@@ -142,7 +143,7 @@ def test_readyz_says_why_while_nvml_is_missing_and_healthz_still_answers(simulat
     assert ready.status_code == 503
     assert ready.get_json()["reason"] == "NVML is not available: nvmlInit: NVML Shared Library Not Found"
     assert "imex_agent_nvml_up 0.0" in client.get("/metrics").get_data(as_text=True)
-    doc = inventory.read_inventory(agent.api.read_node())
+    doc = gpu_inventory.of_node(agent.api.read_node())
     assert doc is not None and doc["health"] == "unknown" and "Shared Library Not Found" in doc["reason"]
 
 

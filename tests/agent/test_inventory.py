@@ -16,6 +16,7 @@ from tests.agent.conftest import Make
 from webhook.agent import inventory
 from webhook.agent.model import Gpu
 from webhook.domain import keys
+from webhook.wire import gpu_inventory
 from webhook.wire.fabric_attachment import Attachment, Block, Phase
 
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
@@ -102,5 +103,5 @@ def test_without_nvml_the_labels_stay_and_the_annotation_says_why() -> None:
     patch = inventory.node_patch(node, inventory.unavailable("NVML is not available: nvmlInit: x"))
 
     assert patch is not None and set(patch["metadata"]) == {"annotations"}
-    doc = inventory.read_inventory({"metadata": patch["metadata"]})
+    doc = gpu_inventory.of_node({"metadata": patch["metadata"]})
     assert doc == {"clique": None, "reason": "NVML is not available: nvmlInit: x", "health": "unknown", "gpus": []}

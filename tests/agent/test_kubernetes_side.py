@@ -31,6 +31,7 @@ from webhook.agent.loop import Agent
 from webhook.agent.ports import NodeApiError
 from webhook.domain import keys
 from webhook.wire import fabric_attachment as fa
+from webhook.wire import gpu_inventory
 
 NODE = "cdi-node-01"
 CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
@@ -152,7 +153,7 @@ def test_a_pass_labels_the_node_and_a_second_pass_with_nothing_new_sends_no_patc
     assert labels[keys.CLIQUE_LABEL] == f"{CLUSTER}.32766"
     assert labels[inventory.HEALTH_LABEL] == "healthy"
     assert labels["kubernetes.io/hostname"] == "gb200-rack1-tray3"  # a merge patch keeps what it does not name
-    doc = inventory.read_inventory(node)
+    doc = gpu_inventory.of_node(node)
     assert doc is not None and [g["uuid"][-1] for g in doc["gpus"]] == ["1", "2", "3", "4"]
     patches = cluster.requests("update", "nodes")
     assert patches == 1
@@ -190,7 +191,7 @@ def test_a_hot_add_goes_ready_and_refreshes_only_the_device_plugin_pod_on_this_n
             "fieldSelector": f"spec.nodeName={NODE}"}.items() <= _params(cluster, "list", "pods")
     node_obj = cluster.get("nodes", None, NODE)
     assert node_obj is not None and node_obj["status"]["allocatable"][keys.GPU_RESOURCE] == "4"
-    doc = inventory.read_inventory(node_obj)
+    doc = gpu_inventory.of_node(node_obj)
     assert doc is not None
     assert {g["pci"]: g.get("owner") for g in doc["gpus"]} == {
         "0000:18:00.0": None, "0000:3a:00.0": None, C1[1]: "fa-1", C2[1]: "fa-1"}
@@ -230,7 +231,7 @@ def test_a_watched_release_is_refused_while_a_process_holds_the_device_then_comp
             assert refused is not None
             assert (refused.status, refused.reason) == ("False", "InUse")
             assert refused.message == f"{C2[0]} ({C2[1]}) is in use by pid 88 (dcgm-exporter)"
-            doc = inventory.read_inventory(cluster.get("nodes", None, NODE) or {})
+            doc = gpu_inventory.of_node(cluster.get("nodes", None, NODE) or {})
             assert doc is not None
             assert [g["pci"] for g in doc["gpus"] if g.get("releasing")] == [C1[1], C2[1]]
 

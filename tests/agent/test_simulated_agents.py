@@ -20,6 +20,7 @@ from webhook.agent import inventory
 from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.sim.agents import SimulatedNodeAgents
+from webhook.wire import gpu_inventory
 from webhook.wire.fabric_attachment import Attachment, Block, Phase
 
 
@@ -58,7 +59,7 @@ def test_an_attachment_to_a_composable_node_goes_ready_and_the_node_advertises_t
     node = agents.node("fab-00")
     assert _allocatable(node) == str(demo.FABRIC_LOCAL_GPUS + 1)
     assert changes and changes[-1] == node
-    doc = inventory.read_inventory(node)
+    doc = gpu_inventory.of_node(node)
     assert doc is not None and {g["pci"]: g.get("owner") for g in doc["gpus"]}["0000:47:00.0"] == "fa-demo"
 
 

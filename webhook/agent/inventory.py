@@ -122,9 +122,3 @@ def node_patch(node: Mapping[str, Any], want: Desired) -> dict[str, Any] | None:
     if annotations:
         patch["annotations"] = annotations
     return {"metadata": patch} if patch else None
-
-
-def read_inventory(node: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The published inventory of a Node as a plain dict, for readers that look it over (tests, the
-    simulated agents); None if absent or unreadable."""
-    return cast(dict[str, Any] | None, gpu_inventory.of_node(node))

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.agent import hotplug, inventory, release
+from webhook.agent import hotplug, release
 from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
 from webhook.agent.steps import Deadlines
@@ -48,6 +48,8 @@ from webhook.sim.nvml import FakePynvml
 from webhook.state.cluster import ClusterStore
 from webhook.state.fabric import MemoryAttachmentStore
 from webhook.wire import fabric_attachment as fa
+from webhook.wire import gpu_inventory
+from webhook.wire.gpu_inventory import GpuInventory
 
 log = logging.getLogger(__name__)
 NodeCallback = Callable[[dict[str, Any]], None]
@@ -193,8 +195,8 @@ class SimulatedNodeAgents:
     def node(self, name: str) -> dict[str, Any]:
         return self.agent(name).api.read_node()
 
-    def inventory(self, name: str) -> dict[str, Any] | None:
-        return inventory.read_inventory(self.node(name))
+    def inventory(self, name: str) -> GpuInventory | None:
+        return gpu_inventory.of_node(self.node(name))
 
     def on_attached(self, att: fa.Attachment) -> fa.Attachment:
         """Compose the blocks into the simulated node, run the real hot-add; Ready or Failed."""
