@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,13 +36,21 @@ def _pair(tmp: Path, ca: issue.CertKey) -> tuple[Path, Path, int]:
     return tmp / "tls.crt", tmp / "tls.key", serving_pair.certificate().serial_number
 
 
-def test_rotated_certificate_files_are_served_to_new_connections_without_a_restart(tmp_path: Path) -> None:
+@contextmanager
+def _serving_rotatable_files(tmp_path: Path) -> Iterator[tuple[serving.Served, issue.CertKey, Path, int]]:
+    """``serve`` on certificate files in ``tmp_path`` that a test may replace; yields the server, the CA
+    that signs the pairs, the key file and the serial of the certificate served first."""
     ca = issue.new_ca()
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
     cert, key, first = _pair(tmp_path, ca)
     with serving.serve(tmp_path / "run", "--tls-cert", str(cert), "--tls-key", str(key),
                        ca=tmp_path / "ca.crt") as served:
         assert _served_cert(served.url, served.ca).serial_number == first
+        yield served, ca, key, first
+
+
+def test_rotated_certificate_files_are_served_to_new_connections_without_a_restart(tmp_path: Path) -> None:
+    with _serving_rotatable_files(tmp_path) as (served, ca, _, first):
         session = requests.Session()  # a keep-alive connection opened before the rotation
         assert session.get(served.url + "/healthz", verify=str(served.ca), timeout=10).status_code == 200
         _, _, second = _pair(tmp_path, ca)  # replaced atomically, as a Secret update would
@@ -51,12 +61,7 @@ def test_rotated_certificate_files_are_served_to_new_connections_without_a_resta
 
 
 def test_a_pair_that_does_not_load_leaves_the_last_good_one_serving_and_readyz_says_so(tmp_path: Path) -> None:
-    ca = issue.new_ca()
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    cert, key, first = _pair(tmp_path, ca)
-    with serving.serve(tmp_path / "run", "--tls-cert", str(cert), "--tls-key", str(key),
-                       ca=tmp_path / "ca.crt") as served:
-        assert _served_cert(served.url, served.ca).serial_number == first
+    with _serving_rotatable_files(tmp_path) as (served, ca, key, first):
         files.write_atomic(key, issue.new_ca().key_pem, files.PRIVATE_MODE)  # half-way: a key of another pair
         assert _served_cert(served.url, served.ca).serial_number == first  # new connections still served
         ready = served.get("/readyz")
