@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -173,15 +175,21 @@ def test_hot_add_and_release_outcomes_and_durations_are_in_the_metrics(simulate:
     assert 'imex_agent_step_duration_seconds_count{operation="release",outcome="refused",step="busy"} 1.0' in text
 
 
-def test_the_endpoints_are_served_over_http(simulate: Make) -> None:
+@contextmanager
+def _served_tray(simulate: Make) -> Iterator[str]:
+    """The agent of a simulated NVL72 tray after one pass, its endpoints served on loopback; yields the URL."""
     agent = _agent(simulate, "nvl72-tray")
     agent.pass_once()
     server = ProbeServer(agent, "127.0.0.1:0").start()
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/readyz", timeout=5) as answer:
-            body: Any = json.loads(answer.read())
+        yield f"http://127.0.0.1:{server.port}"
     finally:
         server.stop()
+
+
+def test_the_endpoints_are_served_over_http(simulate: Make) -> None:
+    with _served_tray(simulate) as url, urllib.request.urlopen(f"{url}/readyz", timeout=5) as answer:
+        body: Any = json.loads(answer.read())
     assert body["ready"] is True
 
 
@@ -206,18 +214,12 @@ def test_the_daemonset_listens_where_its_probes_and_prometheus_knock() -> None:
 
 
 def test_the_endpoints_served_over_http_keep_gpus_for_loopback(simulate: Make) -> None:
-    agent = _agent(simulate, "nvl72-tray")
-    agent.pass_once()
-    server = ProbeServer(agent, "127.0.0.1:0").start()
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/gpus", timeout=5) as answer:
+    with _served_tray(simulate) as url:
+        with urllib.request.urlopen(f"{url}/gpus", timeout=5) as answer:
             local: Any = json.loads(answer.read())
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{server.port}/gpus", method="POST"),
-                                   timeout=5)
+            urllib.request.urlopen(urllib.request.Request(f"{url}/gpus", method="POST"), timeout=5)
         body = json.loads(refused.value.read())
         refused.value.close()
-    finally:
-        server.stop()
     assert [g["uuid"] for g in local["gpus"]] and refused.value.code == 405
     assert body == {"error": "method 'POST' is not allowed on '/gpus'; use GET", "status": 405}
