@@ -123,8 +123,9 @@ def test_the_first_list_labels_every_node_with_its_domain_and_clears_stale_label
     _labels_settle(fake, expected)
     assert expected["gb200-a-00"] == CLIQUE and expected["fab-00"] == demo.FABRIC_ZONE
     assert expected["hgx-00"] is None
-    # The counter moves just after the API server answers: wait for it too.
-    eventually(lambda: running.count("set") == sum(1 for v in expected.values() if v), what="counted")
+    # The counters move just after the API server answers: wait for them too.
+    eventually(lambda: running.count("set") == sum(1 for v in expected.values() if v)
+               and running.count("removed") == 1, what="counted")
     assert running.count("removed") == 1 and running.labeller.pending() == {}
     # The cache beside it saw every node, labelled or not, and the label changes no domain.
     snapshot = running.store.snapshot()
