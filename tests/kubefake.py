@@ -97,6 +97,21 @@ KINDS: dict[str, Kind] = {k.plural: k for k in (
 CRDS = ("computedomains", "domainreservations", "fabricattachments")
 # Kinds whose status is a subresource: writes to the object ignore status, writes to /status only touch it.
 WITH_STATUS = ("fabricattachments",)
+# Kinds whose status subresource this fake serves for PATCH only (a pod's conditions), leaving their
+# create and update as they are: a strategic merge patch of /status touches only the status.
+STATUS_PATCHABLE = ("pods",)
+
+
+def _merge_conditions(current: Obj, patch: Obj) -> Obj:
+    """The one list a strategic merge patch merges here as kube-apiserver does: ``status.conditions``, by
+    ``type`` (its patchMergeKey); the rest of the patch is applied as a merge patch."""
+    conditions = (patch.get("status") or {}).get("conditions")
+    if not isinstance(conditions, list):
+        return patch
+    merged = {c.get("type"): c for c in (current.get("status") or {}).get("conditions") or []}
+    for condition in conditions:
+        merged[condition.get("type")] = {**merged.get(condition.get("type"), {}), **condition}
+    return {**patch, "status": {**patch["status"], "conditions": list(merged.values())}}
 
 
 def _error(status: int, reason: str, message: str, **details: Any) -> kmock.KubernetesError:
@@ -182,7 +197,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         res = request.resource
         kind = KINDS.get(res.plural or "") if res is not None else None
         served = kind is not None and kind.resource == res and kind.plural in self.installed
-        allowed = {"binding"} | ({"status"} if kind is not None and kind.plural in WITH_STATUS else set())
+        status = kind is not None and (kind.plural in WITH_STATUS or
+                                       (kind.plural in STATUS_PATCHABLE and request.method == "PATCH"))
+        allowed = {"binding"} | ({"status"} if status else set())
         if kind is None or not served or (request.subresource and request.subresource not in allowed):
             raise _error(404, "NotFound", "the server could not find the requested resource")
         return kind
@@ -282,8 +299,15 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return self._commit(kind, namespace, name, self._keep_identity(current, obj), emit)
 
     def patch(self, kind: Kind, namespace: str | None, name: str, patch: Obj, emit: bool = True,
-              subresource: str | None = None) -> Obj:
+              subresource: str | None = None, strategic: bool = False) -> Obj:
         current = self._existing(kind, namespace, name)
+        uid = (patch.get("metadata") or {}).get("uid")
+        if uid and uid != current["metadata"].get("uid"):
+            raise _error(409, "Conflict", f"Operation cannot be fulfilled on {kind.plural} \"{name}\": uid mismatch")
+        if strategic:
+            patch = _merge_conditions(current, patch)
+        if kind.plural in STATUS_PATCHABLE and subresource == "status":
+            patch = {"status": patch.get("status")}
         if kind.plural in WITH_STATUS:
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             if subresource == "status":  # only the status (and the resourceVersion guard) count
@@ -343,7 +367,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                                                       f"accepted media types include: application/merge-patch+json, "
                                                       f"application/strategic-merge-patch+json (got {content_type!r})")
         return self.patch(kind, request.namespace, request.name or "", request.data or {},
-                          subresource=request.subresource)
+                          subresource=request.subresource,
+                          strategic=content_type == "application/strategic-merge-patch+json")
 
     async def _serve_delete(self, request: kmock.Request) -> Any:
         kind = self.kind_of(request)

@@ -51,6 +51,8 @@ GPUS_PER_NODE = 4
 
 # What the closing summary reports: how long the control plane took to build and to start.
 TIMINGS: dict[str, float] = {}
+# And how long waiting groups took to bind once capacity returned (test_real_requeue), by scenario.
+RETRY_SECONDS: dict[str, float] = {}
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -58,6 +60,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"real cluster (Kubernetes {RELEASE}): build {TIMINGS['build']:.0f} s "
             f"({'cached' if TIMINGS['build'] == 0 else 'fresh'}), start {TIMINGS['start']:.1f} s")
+    for scenario, seconds in RETRY_SECONDS.items():
+        terminalreporter.write_line(f"capacity returned -> group bound: {scenario} {seconds:.1f} s")
 
 
 def rack_of(node_name: str) -> str:
@@ -154,9 +158,7 @@ class RealCluster:
         identity = self.plane.identity("webhook", WEBHOOK_USER, WEBHOOK_GROUPS)
         served = self._stack.enter_context(serving.serve(
             self.workdir / name, "--kubeconfig", str(identity.kubeconfig), "--tls-dir", str(self.tls_dir),
-            "--client-ca", str(self.tls_dir / "ca.crt"),
-            # Scenarios follow each other within seconds: release a finished group's domain quickly.
-            "--housekeeping-interval", "1", *extra,
+            "--client-ca", str(self.tls_dir / "ca.crt"), *extra,
             ready_timeout=60, ca=self.tls_dir / "ca.crt"))
         self.extenders[name] = served
         self.proxy.add(served.port)
@@ -225,25 +227,45 @@ class RealCluster:
         return "\n".join(lines)
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
+        """As the kubelet reports it: a strategic merge of the status, which keeps the conditions others own
+        (the scheduler's PodScheduled, ours)."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status: dict[str, Any] = {"phase": phase, "startTime": now,
                                   "conditions": [{"type": "Ready", "status": "True" if phase == "Running" else "False",
                                                   "lastTransitionTime": now}]}
-        self.api.merge_patch("Pod", namespace, name, {"status": status}, sub="status")
+        self.api.merge_patch("Pod", namespace, name, {"status": status}, sub="status", strategic=True)
+
+    def fill(self, namespace: str, rack: str, priority_class: str | None = None) -> list[str]:
+        """A running pod on every node of ``rack``, holding all its GPUs (bound by hand, as a DaemonSet's)."""
+        names = []
+        for i in range(RACKS[rack][1]):
+            pod = objects.pod(namespace, f"filler-{rack}-{i}", gpus=GPUS_PER_NODE, priority_class=priority_class)
+            pod["spec"]["nodeName"] = f"gb200-{rack}-{i:02d}"
+            self.api.create(pod)
+            self.set_phase(namespace, pod["metadata"]["name"], "Running")
+            names.append(pod["metadata"]["name"])
+        return names
+
+    def cordon(self, rack: str, cordoned: bool = True) -> None:
+        for i in range(RACKS[rack][1]):
+            self.api.merge_patch("Node", None, f"gb200-{rack}-{i:02d}", {"spec": {"unschedulable": cordoned or None}})
 
     def events_for(self, namespace: str, pod_name: str, reason: str) -> list[dict[str, Any]]:
         return [e for e in self.api.list("Event", namespace)
                 if e.get("regarding", {}).get("name") == pod_name and e.get("reason") == reason]
 
     def cleanup(self, namespace: str) -> None:
-        """Delete the scenario's pods and claims, and wait until the extender has released its groups'
+        """Delete the scenario's pods and claims, and wait until they are gone (a claim stays while it is
+        allocated: the ResourceClaim controller frees it first) and the extender has released its groups'
         domains, so the next scenario finds the whole cluster free."""
         for pod in self.api.list("Pod", namespace):
             self.api.delete("Pod", namespace, pod["metadata"]["name"])
         for claim in self.api.list("ResourceClaim", namespace):
             self.api.delete("ResourceClaim", namespace, claim["metadata"]["name"])
+        eventually(lambda: not self.api.list("Pod", namespace) and not self.api.list("ResourceClaim", namespace),
+                   75, interval=0.2, what=f"the pods and claims of namespace {namespace} gone")
         if self.extenders:
-            eventually(lambda: not self.reservations(namespace), 75, interval=0.5,
+            eventually(lambda: not self.reservations(namespace), 75, interval=0.2,
                        what=f"the reservations of namespace {namespace} released")
 
     def reservations(self, namespace: str) -> list[dict[str, Any]]:

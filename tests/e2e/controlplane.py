@@ -253,7 +253,7 @@ class ControlPlane:
                 raise ControlPlaneError(f"kube-apiserver did not become ready:\n{self.log_tail('kube-apiserver')}")
             time.sleep(0.25)
         self.spawn("resourceclaim-controller",
-                   [str(self.binary), "resourceclaim-controller", str(admin.kubeconfig)])
+                   [str(self.binary), "resourceclaim-controller", str(admin.kubeconfig), FEATURE_GATES])
         self._wait_for("resourceclaim-controller", "resourceclaim-controller running", 30)
 
     def start_scheduler(self, config: dict[str, object], name: str = "kube-scheduler") -> None:

@@ -25,6 +25,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Event": ("apis/events.k8s.io/v1", "events", True),
     "Job": ("apis/batch/v1", "jobs", True),
     "PriorityClass": ("apis/scheduling.k8s.io/v1", "priorityclasses", False),
+    "PodGroup": ("apis/scheduling.k8s.io/v1beta1", "podgroups", True),
     "ClusterRole": ("apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "Role": ("apis/rbac.authorization.k8s.io/v1", "roles", True),
@@ -109,9 +110,11 @@ class KubeApi:
                 raise
 
     def merge_patch(self, kind: str, namespace: str | None, name: str, patch: Mapping[str, Any],
-                    sub: str | None = None) -> dict[str, Any]:
+                    sub: str | None = None, strategic: bool = False) -> dict[str, Any]:
+        """An RFC 7386 merge patch, or with ``strategic`` Kubernetes' strategic merge (lists merged by key)."""
+        kind_of_patch = "strategic-merge-patch" if strategic else "merge-patch"
         patched: dict[str, Any] = self.call("PATCH", self.path(kind, namespace, name, sub), patch,
-                                            content_type="application/merge-patch+json")
+                                            content_type=f"application/{kind_of_patch}+json")
         return patched
 
 

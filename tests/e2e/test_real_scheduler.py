@@ -8,12 +8,10 @@ the scheduler's own FailedScheduling events.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.e2e import objects
-from tests.e2e.conftest import RACKS, RealCluster, rack_of
+from tests.e2e import objects, scenario
+from tests.e2e.conftest import RACKS, RealCluster
 from tests.e2e.kubeapi import ApiCallError, eventually
 from webhook.domain import keys
 
@@ -21,39 +19,16 @@ from webhook.domain import keys
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(1800)]
 
 
-def _computedomain(cluster: RealCluster, ns: str, name: str, nodes: int, *, template: bool = True) -> dict[str, Any]:
-    cd = cluster.api.create(objects.computedomain(ns, name, nodes))
-    if template:
-        cluster.api.create(objects.channel_template(ns, name, cd["metadata"]["uid"]))
-    return cd
-
-
-def _channel(cd_name: str) -> dict[str, str]:
-    return {"name": "imex-channel", "resourceClaimTemplateName": f"{cd_name}-channel"}
-
-
-def _members(cluster: RealCluster, ns: str, job_name: str, count: int, **pod_args: Any) -> list[str]:
-    job = cluster.api.create(objects.job(ns, job_name, count))
-    names = [f"{job_name}-{i}" for i in range(count)]
-    for name in names:
-        cluster.api.create(objects.pod(ns, name, owner=job, **pod_args))
-    return names
-
-
-def _domain_of(placed: dict[str, str]) -> set[str]:
-    return {rack_of(node) for node in placed.values()}
-
-
 def test_a_compute_domain_job_with_device_plugin_gpus_lands_whole_in_the_best_fitting_clique(
         real_cluster: RealCluster) -> None:
     ns = real_cluster.namespace("cd-device-plugin")
     try:
-        _computedomain(real_cluster, ns, "train-3", 3)
-        names = _members(real_cluster, ns, "train-3", 3, gpus=4, claims=[_channel("train-3")])
+        scenario.computedomain(real_cluster, ns, "train-3", 3)
+        names = scenario.members(real_cluster, ns, "train-3", 3, gpus=4, claims=[scenario.channel("train-3")])
         pod = real_cluster.api.get("Pod", ns, names[0])
         assert pod["spec"]["schedulerName"] == "imex-scheduler", "admission sends the pod to the dedicated profile"
         placed = real_cluster.wait_bound(ns, names)
-        assert _domain_of(placed) == {"b"}, f"3 pods x 4 GPUs fit rack B (3 nodes) exactly: {placed}"
+        assert scenario.domains_of(placed) == {"b"}, f"3 pods x 4 GPUs fit rack B (3 nodes) exactly: {placed}"
         assert len(set(placed.values())) == 3, "one ComputeDomain pod per node (one channel-0 per node)"
         for claim in real_cluster.api.list("ResourceClaim", ns):
             (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -66,12 +41,12 @@ def test_a_compute_domain_job_whose_gpus_come_only_from_dra_claims_still_goes_th
         real_cluster: RealCluster) -> None:
     ns = real_cluster.namespace("cd-dra")
     try:
-        _computedomain(real_cluster, ns, "train-2", 2)
+        scenario.computedomain(real_cluster, ns, "train-2", 2)
         real_cluster.api.create(objects.gpu_template(ns, "four-gpus", 4))
-        names = _members(real_cluster, ns, "train-2", 2,
-                         claims=[_channel("train-2"), {"name": "gpus", "resourceClaimTemplateName": "four-gpus"}])
+        gpus = {"name": "gpus", "resourceClaimTemplateName": "four-gpus"}
+        names = scenario.members(real_cluster, ns, "train-2", 2, claims=[scenario.channel("train-2"), gpus])
         placed = real_cluster.wait_bound(ns, names)
-        assert _domain_of(placed) == {"d"}, f"2 DRA nodes of rack D are the best fit: {placed}"
+        assert scenario.domains_of(placed) == {"d"}, f"2 DRA nodes of rack D are the best fit: {placed}"
         assert real_cluster.reservations(ns), "the extender, not the default binder, placed the group"
     finally:
         real_cluster.cleanup(ns)
@@ -97,15 +72,15 @@ def test_a_pod_created_before_its_claim_template_waits_then_joins_its_group_in_o
         real_cluster: RealCluster) -> None:
     ns = real_cluster.namespace("template-late")
     try:
-        cd = _computedomain(real_cluster, ns, "late-2", 2, template=False)
-        names = _members(real_cluster, ns, "late-2", 2, gpus=4, claims=[_channel("late-2")])
+        cd = scenario.computedomain(real_cluster, ns, "late-2", 2, template=False)
+        names = scenario.members(real_cluster, ns, "late-2", 2, gpus=4, claims=[scenario.channel("late-2")])
         pod = real_cluster.api.get("Pod", ns, names[0])
         assert pod["spec"]["schedulerName"] == "imex-scheduler", (
             "a pod whose template is not there yet must still reach the dedicated scheduler")
         assert pod["spec"].get("nodeName") is None
         real_cluster.api.create(objects.channel_template(ns, "late-2", cd["metadata"]["uid"]))
         placed = real_cluster.wait_bound(ns, names, timeout=90)
-        assert len(_domain_of(placed)) == 1, placed
+        assert len(scenario.domains_of(placed)) == 1, placed
     finally:
         real_cluster.cleanup(ns)
 
@@ -140,7 +115,7 @@ def test_two_replicas_behind_one_service_place_one_group_in_one_domain(real_clus
             real_cluster.wait_bound(ns, [name])
             real_cluster.proxy.drop_connections()
         placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in real_cluster.api.list("Pod", ns)}
-        assert _domain_of(placed) == _domain_of(first), placed
+        assert scenario.domains_of(placed) == scenario.domains_of(first), placed
         assert all(real_cluster.proxy.connections[s.port] for s in real_cluster.extenders.values()), (
             "both replicas served the scheduler or the API server", real_cluster.proxy.connections)
         decided = [name for name, s in real_cluster.extenders.items() if f"pod={ns}/pair-" in s.output()]
@@ -152,32 +127,20 @@ def test_two_replicas_behind_one_service_place_one_group_in_one_domain(real_clus
         real_cluster.stop_extender("imex-webhook-2")
 
 
-def _fill(cluster: RealCluster, ns: str, rack: str, priority_class: str) -> list[str]:
-    """A running low-priority pod on every node of ``rack``, holding all its GPUs."""
-    names = []
-    for i in range(RACKS[rack][1]):
-        pod = objects.pod(ns, f"filler-{rack}-{i}", gpus=4, priority_class=priority_class)
-        pod["spec"]["nodeName"] = f"gb200-{rack}-{i:02d}"
-        cluster.api.create(pod)
-        cluster.set_phase(ns, pod["metadata"]["name"], "Running")
-        names.append(pod["metadata"]["name"])
-    return names
-
-
 def test_a_higher_priority_group_preempts_inside_one_domain_only(real_cluster: RealCluster) -> None:
     ns = real_cluster.namespace("preempt")
     for name, value in (("batch-low", 100), ("train-high", 100000)):
         real_cluster.api.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                  "metadata": {"name": name}, "value": value}, exist_ok=True)
     try:
-        fillers = _fill(real_cluster, ns, "a", "batch-low") + _fill(real_cluster, ns, "b", "batch-low")
+        fillers = real_cluster.fill(ns, "a", "batch-low") + real_cluster.fill(ns, "b", "batch-low")
         annotations = {keys.GROUP_ANNOTATION: "urgent", keys.GROUP_SIZE_ANNOTATION: "3"}
         names = [f"urgent-{i}" for i in range(3)]
         for name in names:
             real_cluster.api.create(objects.pod(ns, name, gpus=4, annotations=annotations,
                                                 priority_class="train-high"))
         placed = real_cluster.wait_bound(ns, names, timeout=120)
-        assert _domain_of(placed) == {"b"}, f"rack B (3 nodes) is the best fit once emptied: {placed}"
+        assert scenario.domains_of(placed) == {"b"}, f"rack B (3 nodes) is the best fit once emptied: {placed}"
         left = {p["metadata"]["name"] for p in real_cluster.api.list("Pod", ns)}
         evicted = sorted(set(fillers) - left)
         assert evicted == ["filler-b-0", "filler-b-1", "filler-b-2"], (

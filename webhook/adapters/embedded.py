@@ -31,6 +31,7 @@ from webhook.errors import DecisionError, ImexWebhookError
 from webhook.state.cluster import KINDS, ClusterStore
 from webhook.state.fabric import MemoryAttachmentStore
 from webhook.state.forgetting import Forgetting
+from webhook.state.requeue import Nudger
 from webhook.state.reservations import MemoryReservationStore
 from webhook.state.workload_tables import KINDS as WORKLOAD_KINDS
 
@@ -129,6 +130,8 @@ class EmbeddedBackend:
         self.reservations = MemoryReservationStore()
         self.binder = EmbeddedBinder(store)
         self.attachments = MemoryAttachmentStore(store)
+        # No scheduler queue to wake: whoever drives the embedded cluster asks again on its own.
+        self.nudger: Nudger | None = None
         self.source = source
         by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
         skipped: Counter[str] = Counter()

@@ -280,3 +280,5 @@ class Snapshot:
     attachments: Mapping[str, Attachment] = field(default_factory=dict)  # pod UID -> its fabric attachment
     promised_gpus: Mapping[str, int] = field(default_factory=dict)  # node -> Ready attached GPUs of unbound pods
     attached_blocks: Mapping[str, int] = field(default_factory=dict)  # node -> fabric slots in use
+    # Groups seen placed whose members are now all deleted or finished (webhook.state.pod_index).
+    ended_groups: frozenset[str] = frozenset()

@@ -45,10 +45,12 @@ from webhook.service import callers, fabric_wiring, preflight
 from webhook.service.embedded_parts import EmbeddedParts
 from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, default_max_buffered
 from webhook.service.tls import Contexts, TlsFiles, server_context
+from webhook.service.upkeep import Upkeep
 from webhook.service.worker import Limits, Worker
 from webhook.state.backend import Backend
 from webhook.state.cluster import ClusterStore
 from webhook.state.engine import Engine
+from webhook.state.requeue import Requeuer
 
 log = logging.getLogger("imex_webhook.serve")
 
@@ -142,7 +144,8 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
                                 node_objects=nodes, embedded=embedded)
     if parts is not None:
         app.extensions["imex"].checks["fabric"] = parts.fabric.ready
-    _start_housekeeping(engine, settings.housekeeping_interval)
+    nudger = backend.nudger
+    Upkeep(engine, settings.housekeeping_interval, Requeuer(engine, nudger) if nudger is not None else None).start()
     _freeze_when_ready(backend)
     return app, engine, backend
 
@@ -159,18 +162,6 @@ def _freeze_when_ready(backend: Backend) -> None:
         log.info("caches loaded; %d objects moved out of the garbage collector's way", gc.get_freeze_count())
 
     threading.Thread(target=wait, name="gc-freeze", daemon=True).start()
-
-
-def _start_housekeeping(engine: Engine, interval: float) -> None:
-    def loop() -> None:
-        stop = threading.Event()
-        while not stop.wait(interval):
-            try:
-                engine.housekeep()
-            except Exception:  # keep the loop alive; the next round retries
-                log.exception("reservation housekeeping failed")
-
-    threading.Thread(target=loop, name="housekeeping", daemon=True).start()
 
 
 def _worker_connections() -> int:

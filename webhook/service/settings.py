@@ -164,8 +164,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="seconds a reservation lives with no member placed (default %(default)s; at least "
                           f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")
     pol.add_argument("--housekeeping-interval", type=float, default=d.housekeeping_interval,
-                     help="seconds between passes that release the domains of finished groups and expired "
-                          "reservations (default %(default)s)")
+                     help="seconds between timed housekeeping rounds, besides the round after every cache change: "
+                          "expired reservations, the grace for groups this replica never saw placed, dead "
+                          "promises (default %(default)s)")
     pol.add_argument("--pod-ttl", type=float, default=d.pod_ttl,
                      help="embedded mode: seconds an unbound pod learnt from requests is kept after the last "
                           "request naming it (default %(default)s)")

@@ -8,6 +8,7 @@ from webhook.domain.model import Pod
 from webhook.state.bind import Binder
 from webhook.state.cluster import ClusterStore
 from webhook.state.fabric import AttachmentStore
+from webhook.state.requeue import Nudger
 from webhook.state.reservations import ReservationStore
 
 
@@ -27,6 +28,11 @@ class Backend(Protocol):
 
     @property
     def attachments(self) -> AttachmentStore: ...
+
+    @property
+    def nudger(self) -> Nudger | None:
+        """How to make the scheduler retry a pod we refused (None: the caller retries on its own)."""
+        ...
 
     def start(self) -> None:
         """Begin filling ``store`` (start watches); returns at once."""

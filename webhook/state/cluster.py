@@ -71,6 +71,7 @@ class ClusterStore:
         self._snapshot: Snapshot | None = None
         self._rejects = Rejects()
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
+        self._listeners: list[Callable[[], None]] = []
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -160,6 +161,18 @@ class ClusterStore:
         with self._lock:
             return dict(self._attachments)
 
+    def forget_ended(self, group_ids: Iterable[str]) -> None:
+        """Housekeeping has handled these ended groups (released their reservations, or found none)."""
+        with self._lock:
+            if [g for g in group_ids if self._index.forget_ended(g)]:
+                self._changed()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change from now on, under the store's lock: it must only take
+        note (set an event), never read the store or block."""
+        with self._lock:
+            self._listeners.append(listener)
+
     # -- reading -------------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -195,6 +208,8 @@ class ClusterStore:
 
     def _changed(self) -> None:
         self._version += 1
+        for listener in self._listeners:
+            listener()
 
     def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         try:
@@ -301,6 +316,7 @@ class ClusterStore:
             attachments=dict(self._attachments),
             promised_gpus=dict(promised),
             attached_blocks=dict(slots_used),
+            ended_groups=frozenset(index.ended),
         )
 
 

@@ -32,6 +32,7 @@ from webhook.state.decision_log import decision_log, log
 from webhook.state.events import EventSink, Reporter, sink_of
 from webhook.state.node_sets import NodeSets
 from webhook.state.promises import DomainArbiter, Lazy, ProposalView
+from webhook.state.requeue import Refusals
 from webhook.state.reservations import DomainFull, ReservationStore
 
 # Domain choices one first pod makes when other replicas keep filling the domain it chose.
@@ -60,6 +61,12 @@ class Engine:
         self.report = Reporter(self.events, policy)
         self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
         self._snapshot: tuple[Snapshot, Mapping[str, Reservation], Snapshot] | None = None
+        # Groups the filter refused, for the retry once capacity returns (webhook.state.requeue); every
+        # change of the caches, and every refusal, wakes the workers that act on it.
+        self.refusals = Refusals()
+        self.changes = threading.Event()
+        store.subscribe(self.changes.set)
+        reservations.subscribe(self.changes.set)
 
     def snapshot(self) -> Snapshot:
         base, reservations = self.store.snapshot(), self.reservations.all()
@@ -111,7 +118,7 @@ class Engine:
         out.update(self._in_flight)
         return out
 
-    def _inputs(self) -> tuple[object, ...]:
+    def inputs(self) -> tuple[object, ...]:
         """What a filter decision depends on, by identity: equal tuples mean an equal decision."""
         return self.store.snapshot(), self.reservations.all(), self.reservations.promises(), self._in_flight
 
@@ -162,7 +169,7 @@ class Engine:
     def _filter(self, pod: Pod, candidates: Sequence[str],
                 node_view: Mapping[str, Node] | None) -> tuple[filtering.FilterOutcome, tuple[object, ...]]:
         now = self.clock()
-        inputs = self._inputs()
+        inputs = self.inputs()
         result = filtering.filter_nodes(pod, candidates, self.snapshot(), self.policy,
                                         self.lazy_promised(now), now, node_view, self.holder, self.node_sets)
         return result, inputs
@@ -182,6 +189,9 @@ class Engine:
         ctx = result.context
         if ctx is not None:
             group = ctx.group
+            if group is not None and not result.passed:
+                self.refusals.refused(group.id, tuple(candidates), inputs)
+                self.changes.set()
             if result.outcome == "no-domain":
                 self.report.no_domain(pod, ctx, self.store.snapshot().catalog)
             decision_log(
@@ -199,7 +209,7 @@ class Engine:
         for _ in range(CHOOSE_ATTEMPTS):
             with self._choosing:
                 now = self.clock()
-                if inputs is None or any(a is not b for a, b in zip(self._inputs(), inputs, strict=True)):
+                if inputs is None or any(a is not b for a, b in zip(self.inputs(), inputs, strict=True)):
                     result, inputs = self._filter(pod, candidates, node_view)  # something changed: choose again
                 ctx = result.context
                 res = ctx.reservation if ctx is not None else None
@@ -246,6 +256,7 @@ class Engine:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         return bind_verb.bind(self, namespace, name, uid, node)
 
-    def housekeep(self) -> list[tuple[str, str]]:
-        """Release reservations whose group is gone or that expired with no member placed; drop dead promises."""
-        return housekeeping.housekeep(self)
+    def housekeep(self, prune: bool = True) -> list[tuple[str, str]]:
+        """Release reservations whose group ended or that expired with no member placed; with ``prune``,
+        drop dead promises too."""
+        return housekeeping.housekeep(self, prune)

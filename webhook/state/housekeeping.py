@@ -1,5 +1,16 @@
 """Housekeeping: release reservations whose group is gone or that expired with no member placed, and drop
-dead domain promises (``webhook.state.reservations``)."""
+dead domain promises (``webhook.state.reservations``).
+
+It runs whenever the caches change (``webhook.service.workers``) and on a timer, so a group that ended
+frees its domain at once: a group whose members this replica saw placed and then saw all deleted or
+finished (``Snapshot.ended_groups``) is released on the watch event that removed its last member.
+
+The grace stays where the cache may be behind the API server. A reservation whose members this replica
+never saw placed, and that has none now, may belong to pods its watch has not delivered yet: another
+replica reserved and bound them a moment ago, or this replica just restarted and relisted. Such a
+reservation is released only ``GRACE`` seconds after its last placement (or its creation): a bound pod shows
+up in every replica's pod cache well within that.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +24,16 @@ from webhook.state.decision_log import decision_log, log
 if TYPE_CHECKING:
     from webhook.state.engine import Engine
 
+GRACE = 30.0  # seconds; see the module docstring
+ENDED = "every member of the group has finished or was deleted"
 
 
-def housekeep(engine: Engine) -> list[tuple[str, str]]:
+def housekeep(engine: Engine, prune: bool = True) -> list[tuple[str, str]]:
     """Nothing while the caches are loading: a group whose pods are not listed yet looks gone."""
     why = engine.loading()
     if why is not None:
-        log.info("housekeeping waits: %s", why)
+        if prune:  # the timed round says so; the rounds on each change while loading would repeat it
+            log.info("housekeeping waits: %s", why)
         return []
     now = engine.clock()
     snapshot = engine.snapshot()
@@ -33,7 +47,11 @@ def housekeep(engine: Engine) -> list[tuple[str, str]]:
         released.append((group_id, why))
         decision_log("release", group_id, reason=why)
         engine.report.released(snapshot.reservations[group_id], why, snapshot, now)
-    dropped = engine.reservations.prune(lambda p: engine.live(p, engine.clock()))
+    # Ended groups whose reservation is gone (released above, or by another replica) need no more tracking.
+    handled = [g for g in snapshot.ended_groups if g not in engine.reservations.all()]
+    if handled:
+        engine.store.forget_ended(handled)
+    dropped = engine.reservations.prune(lambda p: engine.live(p, engine.clock())) if prune else 0
     if dropped:
         log.info("dropped %d dead domain promises", dropped)
     return released
@@ -43,9 +61,10 @@ def stale_reservations(snapshot: Snapshot, now: float, ttl: float) -> list[tuple
     out = []
     for group_id, res in sorted(snapshot.reservations.items()):
         seen, placed, _ = members_summary(snapshot.members.get(group_id, ()))
-        if placed == 0 and res.expired(now, ttl):
+        if seen == 0 and group_id in snapshot.ended_groups:
+            out.append((group_id, ENDED))
+        elif placed == 0 and res.expired(now, ttl):
             out.append((group_id, f"no member placed within {ttl:.0f}s"))
-        elif seen == 0 and now - (res.placed_at or res.created_at) > 30:
-            # A bound member shows up in the caches within moments; 30 s of nothing means the group ended.
-            out.append((group_id, "every member of the group has finished or was deleted"))
+        elif seen == 0 and now - (res.placed_at or res.created_at) > GRACE:
+            out.append((group_id, ENDED))
     return out

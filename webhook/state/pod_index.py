@@ -55,6 +55,9 @@ class PodIndex:
         self.node_groups: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.node_cds: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.members: dict[str, dict[ObjectKey, Member]] = defaultdict(dict)
+        self._live: dict[str, int] = {}  # group -> members not terminated
+        self._placed_seen: set[str] = set()  # groups with a member seen bound and not terminated
+        self.ended: set[str] = set()  # of those, the groups whose members are all gone or finished now
 
     def pod(self, key: ObjectKey) -> Pod | None:
         derived = self.pods.get(key)
@@ -82,6 +85,11 @@ class PodIndex:
                 self.node_cds[node][derived.compute_domain] += 1
         if derived.group_id and derived.member is not None:
             self.members[derived.group_id][pod.key] = derived.member
+            if not pod.terminated:
+                self._live[derived.group_id] = self._live.get(derived.group_id, 0) + 1
+                self.ended.discard(derived.group_id)
+                if node:
+                    self._placed_seen.add(derived.group_id)
 
     def unset(self, key: ObjectKey) -> None:
         old = self.pods.pop(key, None)
@@ -102,3 +110,19 @@ class PodIndex:
                 members.pop(key, None)
                 if not members:
                     del self.members[old.group_id]
+            if old.member is not None and not old.pod.terminated:
+                live = self._live.get(old.group_id, 0) - 1
+                if live > 0:
+                    self._live[old.group_id] = live
+                else:
+                    self._live.pop(old.group_id, None)
+                    if old.group_id in self._placed_seen:
+                        self.ended.add(old.group_id)
+
+    def forget_ended(self, group_id: str) -> bool:
+        """Stop tracking an ended group (its reservation is released); True if it was tracked."""
+        if group_id not in self.ended:
+            return False
+        self.ended.discard(group_id)
+        self._placed_seen.discard(group_id)
+        return True

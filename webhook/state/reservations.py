@@ -97,6 +97,10 @@ class ReservationStore(Protocol):
         """Drop the dead promises of every ledger; returns how many were dropped."""
         ...
 
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change of the reservations from now on (it must not block)."""
+        ...
+
 
 class MemoryReservationStore:
     """Embedded mode: the same contract, in memory; versions increase like resourceVersions.
@@ -109,6 +113,7 @@ class MemoryReservationStore:
         self._items: dict[str, Reservation] = {}
         self._view: Mapping[str, Reservation] = MappingProxyType({})
         self._counter = 0
+        self._listeners: list[Callable[[], None]] = []
 
     def _next(self) -> str:
         self._counter += 1
@@ -117,6 +122,12 @@ class MemoryReservationStore:
     def _set(self, items: dict[str, Reservation]) -> None:
         self._items = items
         self._view = MappingProxyType(dict(items))
+        for listener in self._listeners:
+            listener()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
 
     def all(self) -> Mapping[str, Reservation]:
         return self._view

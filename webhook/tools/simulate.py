@@ -90,15 +90,13 @@ class Simulation:
         heapq.heappush(self.events, (when, _ORDER[kind], self.seq, kind, job))
 
     def _tick_after(self, now: float) -> None:
-        """Housekeeping runs every ``housekeeping`` seconds; a finished group's reservation goes at the
-        first round at least that long after its pods are gone (webhook.state.engine.stale_reservations)."""
+        """The service's housekeeping runs on every cache change: a finished group's reservation goes with
+        the deletion of its last pod (webhook.state.housekeeping), so one round follows each release."""
         if self.out.policy != "imex-webhook":
             return
-        interval = self.params.housekeeping
-        when = (int((now + interval + 1) // interval) + 1) * interval
-        if when not in self.ticks:
-            self.ticks.add(when)
-            self._push(when, TICK, -1)
+        if now not in self.ticks:
+            self.ticks.add(now)
+            self._push(now, TICK, -1)
 
     def _release(self, job: Job, now: float) -> None:
         self.placer.release(job, now)

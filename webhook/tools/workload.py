@@ -58,7 +58,6 @@ class Params:
     plain_share: float = 0.12
     half_tray_share: float = 0.2  # nvlink pods that take 2 GPUs instead of 4
     stuck_timeout: float = 1800.0  # seconds a partly placed job may wait before it is torn down
-    housekeeping: float = 30.0  # the service's reservation housekeeping interval
 
     @property
     def clique_gpus(self) -> int:

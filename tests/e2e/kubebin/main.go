@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -99,11 +100,20 @@ func runEtcd(args []string) int {
 
 // runClaimController runs the ResourceClaim controller as kube-controller-manager
 // does (same constructor, same informers), without the other controllers: the
-// suite has no kubelets, nodes or workloads for them to act on.
+// suite has no kubelets, nodes or workloads for them to act on. FEATURE_GATES
+// (kube-controller-manager's --feature-gates syntax) must match the API server's:
+// with GenericWorkload off the controller refuses to make the claims of a pod
+// that belongs to a PodGroup.
 func runClaimController(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: kubebin resourceclaim-controller KUBECONFIG")
+	if len(args) < 1 || len(args) > 2 {
+		fmt.Fprintln(os.Stderr, "usage: kubebin resourceclaim-controller KUBECONFIG [FEATURE_GATES]")
 		return 2
+	}
+	if len(args) == 2 {
+		if err := utilfeature.DefaultMutableFeatureGate.Set(args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "kubebin resourceclaim-controller: --feature-gates:", err)
+			return 2
+		}
 	}
 	config, err := clientcmd.BuildConfigFromFlags("", args[0])
 	if err != nil {

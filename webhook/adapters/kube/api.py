@@ -101,6 +101,8 @@ def _translated(timeout: Timeout) -> Iterator[None]:
 Tracker = Callable[[urllib3.BaseHTTPResponse | None], None]
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+# Lists with a merge key (a pod's status.conditions, by type) are merged item by item, not replaced.
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class KubeConfigError(ImexWebhookError):

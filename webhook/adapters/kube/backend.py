@@ -32,6 +32,7 @@ from webhook.adapters.kube.attachments import KubeAttachmentStore
 from webhook.adapters.kube.events import EventRecorder
 from webhook.adapters.kube.leader import LeaseLeader
 from webhook.adapters.kube.node_labels import NodeDomainLabeller
+from webhook.adapters.kube.nudges import PodNudger
 from webhook.adapters.kube.reservations import KubeReservationStore
 from webhook.adapters.kube.resources import (
     CLUSTER_RESOURCES,
@@ -49,6 +50,7 @@ from webhook.errors import DecisionError, WireError
 from webhook.state import workload_tables
 from webhook.state.bind import Binder
 from webhook.state.cluster import ClusterStore
+from webhook.state.requeue import Nudger
 from webhook.state.reservations import ReservationStore
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,7 @@ class KubeBackend:
         self.events = EventRecorder(api, holder)  # Events about pods and ComputeDomains (events)
         self.binder: Binder = KubeBinder(api, self.events)
         self.attachments = KubeAttachmentStore(api, store)
+        self.nudger: Nudger | None = PodNudger(api)  # retries of the pods we refused (webhook.state.requeue)
         self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
         self._stopping = threading.Event()
         self._started = False

@@ -107,6 +107,9 @@ class KubeReservationStore:
         raise StoreConflict(f"reservation {name} of group {group_id} kept changing: {PLACED_RETRIES} retries "
                             "after a conflict failed")
 
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        self.cache.subscribe(lambda _contents: listener())
+
     def release(self, group_id: str) -> None:
         entry = self._entries.get(group_id)
         name = dr.reservation_name(group_id)
