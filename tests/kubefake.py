@@ -599,12 +599,16 @@ class KubeFake:
         self._call(lambda: self.emulator[criteria] << payload)
 
     def fail(self, method: str, plural: str, status: int, reason: str, message: str,
-             subresource: str | None = None) -> None:
-        """From now on, answer every such request with this ``Status`` error (a kmock reaction)."""
+             subresource: str | None = None, times: int | None = None) -> None:
+        """From now on (or for the next ``times`` such requests), answer every such request with this
+        ``Status`` error (a kmock reaction; past ``times`` it passes the request on)."""
         error = _error(status, reason, message)
+        left = [times]
 
         def answer() -> None:
-            raise error
+            if left[0] is None or left[0] > 0:
+                left[0] = None if left[0] is None else left[0] - 1
+                raise error
         self._react(method, plural, subresource, answer)
 
     def delay(self, method: str, plural: str, seconds: float, subresource: str | None = None) -> None:

@@ -11,10 +11,12 @@ Kubernetes mode retries a group it refused once the reservation holding its doma
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
 from tests import builders
+from tests.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.nudges import PodNudger
@@ -111,20 +113,31 @@ def test_eight_threads_retrying_pods_at_once_each_get_their_condition(fake: Kube
     assert all(_conditions(fake, p.name)[requeue.CONDITION]["message"] == f"retry {p.name}" for p in pods)
 
 
-def test_a_service_in_kubernetes_mode_retries_the_group_it_refused_once_the_reservation_is_deleted(
-        fake: KubeFake, backend: KubeBackend) -> None:
+def _orphaned_rack(fake: KubeFake) -> tuple[Reservation, list[dict[str, Any]]]:
+    """Rack a (2 nodes) held by a reservation whose group has no pods; ComputeDomain job "job" waiting."""
     rack = "uuid-a.1"
     for obj in [*builders.rack("a", rack, 2), *builders.cd_objects("job", 2)]:
         fake.create(obj["kind"].lower() + "s", obj, keep_uid=True)
     orphan = Reservation("ann:ml/orphan", "orphan", "ml", rack, 2, 4, False, 1000.0, holder="gone")
     fake.create("domainreservations", reservation_object(orphan, "gone"))
-    pods = [fake.create("pods", builders.pod(f"job-{i}", "job")) for i in range(2)]
+    return orphan, [fake.create("pods", builders.pod(f"job-{i}", "job")) for i in range(2)]
+
+
+def _loaded(backend: KubeBackend, orphan: Reservation) -> Engine:
     engine = Engine(backend.store, backend.reservations, backend.binder, Policy(), holder="t", clock=lambda: 1000.0)
     eventually(lambda: engine.loading() is None and len(backend.store.snapshot().members) == 1
                and orphan.group_id in backend.reservations.all(), what="caches loaded")
+    return engine
+
+
+def test_a_service_in_kubernetes_mode_retries_the_group_it_refused_once_the_reservation_is_deleted(
+        fake: KubeFake, backend: KubeBackend) -> None:
+    orphan, pods = _orphaned_rack(fake)
+    engine = _loaded(backend, orphan)
     first = parsing.pod(pods[0])
     assert not engine.filter(first, ["a-00", "a-01"]).passed, "the orphan holds the rack"
     requeuer = Requeuer(engine, PodNudger(backend._api))
+    engine.refusals.seeded = True  # started long ago: only the refusal above counts
     assert requeuer.run() == [], "nothing changed since the refusal: no retry"
 
     fake.delete("domainreservations", None, reservation_name(orphan.group_id))
@@ -134,5 +147,28 @@ def test_a_service_in_kubernetes_mode_retries_the_group_it_refused_once_the_rese
     assert [p.name for p in retried] == ["job-0", "job-1"]
     for pod in pods:
         condition = _conditions(fake, pod["metadata"]["name"])[requeue.CONDITION]
-        assert condition["reason"] == requeue.REASON and f"domain {rack} can host group job" in condition["message"]
+        assert condition["reason"] == requeue.REASON and "domain uuid-a.1 can host group job" in condition["message"]
     assert requeuer.run() == [], "one retry per refusal"
+
+
+def test_two_replicas_each_retry_from_their_own_cache_and_a_failing_api_server_delays_the_retry_only(
+        fake: KubeFake, connect_backend: Connect) -> None:
+    orphan, pods = _orphaned_rack(fake)
+    a, b = connect_backend("replica-a"), connect_backend("replica-b")
+    engine_a, engine_b = _loaded(a, orphan), _loaded(b, orphan)
+    assert not engine_a.filter(parsing.pod(pods[0]), ["a-00", "a-01"]).passed
+    engine_b.refusals.seeded = True  # replica B refused nothing, and started before the pods
+    requeuers = [Requeuer(engine_a, PodNudger(a._api)), Requeuer(engine_b, PodNudger(b._api))]
+    engine_a.refusals.seeded = True
+
+    fake.delete("domainreservations", None, reservation_name(orphan.group_id))
+    for backend in (a, b):
+        eventually(lambda backend=backend: orphan.group_id not in backend.reservations.all(), what="deletion seen")
+    fake.fail("patch", "pods", 500, "InternalError", "etcd is unavailable", subresource="status", times=2)
+    assert requeuers[0].run() == [], "both updates failed: nothing counts as retried"
+    assert requeuers[1].run() == [], "replica B refused nothing: it has nothing to retry"
+
+    assert [p.name for p in requeuers[0].run()] == ["job-0", "job-1"], "the API server is back: retried"
+    assert requeuers[0].run() == requeuers[1].run() == []
+    for pod in pods:
+        assert requeue.CONDITION in _conditions(fake, pod["metadata"]["name"])
