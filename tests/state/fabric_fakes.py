@@ -39,11 +39,11 @@ class FakeFabric:
     def free_per_zone(self) -> dict[str, int]:
         return {zone: len(blocks) for zone, blocks in self.free.items()}
 
-    def free_blocks(self, zone: str) -> list[Block]:
+    def free_blocks(self, zone: str, deadline: float | None = None) -> list[Block]:
         composed = {b for ids in self.systems.values() for b in ids}
         return [b for b in self.free.get(zone, []) if b.id not in composed]
 
-    def system_for(self, node: str, annotation: str | None) -> str:
+    def system_for(self, node: str, annotation: str | None, deadline: float | None = None) -> str:
         return f"/redfish/v1/Systems/{node}"
 
     def attach(self, system: str, block_ids: list[str], deadline: float) -> list[Block]:

@@ -22,6 +22,7 @@ import yaml
 from webhook.adapters.redfish.auth import AUTH_MODES, AuthMode
 from webhook.adapters.redfish.client import RedfishClient
 from webhook.adapters.redfish.fabric import RedfishFabric
+from webhook.adapters.redfish.limits import DEFAULT_MAX_RESPONSE
 from webhook.domain.fabric_plan import Timeouts
 from webhook.errors import ImexWebhookError
 from webhook.http.metrics import Metrics
@@ -103,8 +104,9 @@ def read_credentials(path: Path | None) -> FabricCredentials:
 def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, observer: Observer, *,
           credentials: Path | None = None, ca: Path | None = None, refresh: float = 5.0,
           timeouts: Timeouts | None = None, node_objects: list[dict[str, Any]] | None = None,
-          embedded: EmbeddedParts | None = None) -> FabricParts | None:
-    """``embedded``: what ``--fabric embedded`` runs on (required for it)."""
+          embedded: EmbeddedParts | None = None, max_response: int = DEFAULT_MAX_RESPONSE) -> FabricParts | None:
+    """``embedded``: what ``--fabric embedded`` runs on (required for it); ``max_response``: the largest
+    Redfish reply body (``--fabric-max-response``)."""
     if fabric == "none":
         return None
     sim: RunningFabric | None = None
@@ -117,7 +119,8 @@ def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, ob
     else:
         url, creds = fabric, read_credentials(credentials)
         verify = str(ca) if ca else True
-    client = RedfishClient(url, creds.username, creds.password, verify, refresh_interval=refresh, auth=creds.auth)
+    client = RedfishClient(url, creds.username, creds.password, verify, refresh_interval=refresh, auth=creds.auth,
+                           max_response=max_response)
     redfish = RedfishFabric(client)
     engine.attacher = FabricAttacher(backend.attachments, redfish, observer)
     reconciler = Reconciler(backend.attachments, redfish, store, timeouts, leader=backend.is_leader,

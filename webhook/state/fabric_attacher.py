@@ -53,7 +53,7 @@ class FabricAttacher:
         started = self.clock()
         composed_at = started
         try:
-            att = self._start(pod, node, gpus)
+            att = self._start(pod, node, gpus, deadline)
             if att.phase in (Phase.PENDING, Phase.COMPOSING):
                 fabric_started = self.clock()
                 att = self._compose(att, deadline)
@@ -72,7 +72,7 @@ class FabricAttacher:
                  "for the node agent", att.name, pod.ref, node.name, done - started, fabric_seconds,
                  done - composed_at)
 
-    def _start(self, pod: Pod, node: Node, gpus: int) -> Attachment:
+    def _start(self, pod: Pod, node: Node, gpus: int, deadline: float) -> Attachment:
         name = fa.name_for(pod.uid)
         current = self.store.get(name)
         if current is not None:
@@ -90,7 +90,11 @@ class FabricAttacher:
         if not node.fabric_zone:
             raise DecisionError(f"pod {pod.ref} needs {gpus} more GPUs on node {node.name}, which is in no fabric "
                                 "zone")
-        system = self.fabric.system_for(node.name, None)
+        try:
+            system = self.fabric.system_for(node.name, None, deadline=self._fabric_deadline(deadline))
+        except (FabricFailure, TimeoutError) as exc:
+            raise DecisionError(f"cannot find node {node.name}'s system in the fabric manager: {exc or 'timed out'}; "
+                                "the scheduler retries") from exc
         att = Attachment(name=name, node=node.name, pod_namespace=pod.namespace, pod_name=pod.name,
                          pod_uid=pod.uid, zone=node.fabric_zone, gpus=gpus, system=system,
                          phase_since=rfc3339(self.clock(), "ms"))
@@ -104,7 +108,11 @@ class FabricAttacher:
 
     def _compose(self, att: Attachment, deadline: float) -> Attachment:
         if att.phase is Phase.PENDING:
-            free = self.fabric.free_blocks(att.zone)
+            try:
+                free = self.fabric.free_blocks(att.zone, deadline=self._fabric_deadline(deadline))
+            except (FabricFailure, TimeoutError) as exc:
+                raise DecisionError(f"cannot read the free GPU blocks of fabric zone {att.zone}: "
+                                    f"{exc or 'timed out'}; the scheduler retries") from exc
             if len(free) < att.gpus:
                 self._advance(att, Phase.FAILED, f"fabric zone {att.zone} has {len(free)} free GPU blocks, "
                                                  f"the pod needs {att.gpus}")

@@ -20,6 +20,7 @@ from webhook.adapters.redfish.auth import AuthMode, SessionAuth
 from webhook.adapters.redfish.converger import Converger
 from webhook.adapters.redfish.http import HttpTransport
 from webhook.adapters.redfish.inventory import Discovery, Inventory
+from webhook.adapters.redfish.limits import DEFAULT_MAX_RESPONSE
 from webhook.adapters.redfish.payloads import BlockInfo, FabricError
 
 __all__ = ["AuthMode", "BlockInfo", "Discovery", "FabricError", "RedfishClient"]
@@ -32,8 +33,11 @@ class RedfishClient:
                  timeout: float = 5.0, retries: int = 3, backoff: float = 0.2, refresh_interval: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, *, sleep: Callable[[float], None] = time.sleep,
                  max_poll_interval: float = 2.0, max_polls: int = 600, rollback_grace: float = 2.0,
-                 auth: AuthMode = "auto") -> None:
-        self.http = HttpTransport(base_url, username, password, verify, timeout, retries, backoff, clock, sleep, auth)
+                 auth: AuthMode = "auto", max_response: int = DEFAULT_MAX_RESPONSE) -> None:
+        """``timeout``: seconds one request may take in all (connect, headers, body); ``max_response``: the
+        largest reply body in bytes. Both are what keeps a slow or hostile service from holding a worker."""
+        self.http = HttpTransport(base_url, username, password, verify, timeout, retries, backoff, clock, sleep, auth,
+                                  max_response)
         self.inventory = Inventory(self.http, refresh_interval)
         self.converger = Converger(self.http, self.inventory, max_poll_interval=max_poll_interval,
                                    max_polls=max_polls, rollback_grace=rollback_grace)
@@ -63,18 +67,20 @@ class RedfishClient:
 
     # --- inventory -------------------------------------------------------------------------------
 
-    def discover(self) -> Discovery:
+    # ``deadline`` (a ``clock()`` value, None for none) bounds a whole call, every request in it together.
+
+    def discover(self, deadline: float | None = None) -> Discovery:
         """Find the CompositionService, zones, blocks and systems from the service root; refresh the snapshot."""
-        return self.inventory.discover()
+        return self.inventory.discover(deadline)
 
-    def refresh(self) -> list[BlockInfo]:
+    def refresh(self, deadline: float | None = None) -> list[BlockInfo]:
         """Re-read the inventory now (one refresh at a time; concurrent callers share it)."""
-        return self.inventory.refresh()
+        return self.inventory.refresh(deadline)
 
-    def free_blocks(self) -> dict[str, list[BlockInfo]]:
+    def free_blocks(self, deadline: float | None = None) -> dict[str, list[BlockInfo]]:
         """Free GPU blocks by zone Id (every known zone is a key), from a snapshot at most
         ``refresh_interval`` old."""
-        return self.inventory.free_blocks()
+        return self.inventory.free_blocks(deadline)
 
     def free_per_zone(self) -> dict[str, int]:
         return {zone: len(blocks) for zone, blocks in self.free_blocks().items()}
@@ -86,10 +92,10 @@ class RedfishClient:
     def read_block(self, uri: str, operation: str = "read", deadline: float | None = None) -> BlockInfo:
         return self.inventory.read_block(uri, operation, deadline)
 
-    def system_for(self, node_name: str, annotation_value: str | None = None) -> str:
+    def system_for(self, node_name: str, annotation_value: str | None = None, deadline: float | None = None) -> str:
         """The node's ComputerSystem: the ``imex-webhook.io/redfish-system`` annotation when given (checked to
         exist), else ``<Systems collection>/<node>``, else the system whose Id or HostName is the node."""
-        return self.inventory.system_for(node_name, annotation_value)
+        return self.inventory.system_for(node_name, annotation_value, deadline)
 
     def blocks_of(self, system: str) -> list[BlockInfo]:
         """The GPU blocks linked to ``system`` (composed or composing), read now."""
@@ -111,10 +117,16 @@ class RedfishClient:
         ``deadline`` true) nothing is rolled back: the composition may still be in flight, and a later
         ``attach`` or ``detach`` (the reconciler's) settles it."""
         system = wire.path_of(system)
-        uris = [self.inventory.block_uri(b) for b in block_ids]
-        log.info("attaching %s to %s", ", ".join(uris), system)
+        uris = [self.inventory.block_uri(b, deadline) for b in block_ids]
+        budget = deadline - self.http.clock()
+        log.info("attaching %s to %s (deadline in %.3gs)", ", ".join(uris), system, budget)
         try:
             return self.converger.attach(system, uris, deadline)
+        except FabricError as exc:
+            if exc.deadline:
+                log.warning("attach to %s at %s: its deadline of %.3gs passed; what is in flight is left to "
+                            "finish (%s)", system, self.base_url, budget, exc.detail)
+            raise
         finally:
             self.invalidate()
 

@@ -154,7 +154,7 @@ class Converger:
             status = resp.status_code
             if status == 202:
                 view.etag = ""  # the system changed; its new ETag is not in a 202
-                return Pending(uri, monitor_of(resp), "task accepted",
+                return Pending(uri, monitor_of(self.http, resp), "task accepted",
                                retry_after=wire.retry_after(resp.headers.get("Retry-After")))
             if 200 <= status < 300:
                 view.etag = resp.headers.get("ETag", "")
@@ -212,7 +212,7 @@ class Converger:
             status = resp.status_code
             if status == 202:
                 view.etag = ""
-                monitor, after = monitor_of(resp), wire.retry_after(resp.headers.get("Retry-After"))
+                monitor, after = monitor_of(self.http, resp), wire.retry_after(resp.headers.get("Retry-After"))
                 return pending + [Pending(u, monitor, "task accepted", retry_after=after) for u in todo]
             if 200 <= status < 300:
                 view.blocks, view.etag = desired, resp.headers.get("ETag", "")

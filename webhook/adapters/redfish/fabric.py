@@ -54,16 +54,19 @@ class RedfishFabric:
     def free_per_zone(self) -> dict[str, int]:
         return self.client.free_per_zone()
 
-    def free_blocks(self, zone: str) -> list[Block]:
+    # ``deadline``: a time.monotonic() value, as attach's; the bind path passes its own so that a slow
+    # fabric cannot hold /bind past its budget (every request in the call counts against it).
+
+    def free_blocks(self, zone: str, deadline: float | None = None) -> list[Block]:
         self.client.invalidate()  # choosing blocks wants the current state, not the last refresh
         try:
-            return [b.to_block() for b in self.client.free_blocks().get(zone, [])]
+            return [b.to_block() for b in self.client.free_blocks(deadline).get(zone, [])]
         except FabricError as exc:
             raise FabricFailure(str(exc)) from exc
 
-    def system_for(self, node: str, annotation: str | None) -> str:
+    def system_for(self, node: str, annotation: str | None, deadline: float | None = None) -> str:
         try:
-            return self.client.system_for(node, annotation)
+            return self.client.system_for(node, annotation, deadline)
         except FabricError as exc:
             raise FabricFailure(str(exc)) from exc
 

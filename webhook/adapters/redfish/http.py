@@ -1,6 +1,10 @@
 """The Redfish client's HTTP transport: one keep-alive ``requests.Session`` per thread, authentication (a
 shared Redfish session or HTTP Basic, see ``auth.py``), deadlines, reads with retries, error texts, backoff.
 
+What it takes from a service is bounded (``limits.py``: a total deadline per request, a cap on reply bodies)
+and where it goes is checked (``origin.py``: only the service's own origin, redirects included; credentials
+go nowhere else). Redirects are followed by hand, for reads only, so that the check sees every hop.
+
 ``requests.Session`` is not thread-safe, so each thread gets its own (JSON headers); TLS verification
 (True, False or a CA file) is passed on every request, because requests lets ``REQUESTS_CA_BUNDLE``
 override a Session's ``verify`` (psf/requests#3829) and would silently swap the fabric's CA for the
@@ -30,10 +34,15 @@ from webhook.adapters.redfish.auth import (
     SessionAuth,
     offers_no_sessions,
 )
+from webhook.adapters.redfish.limits import DEFAULT_MAX_RESPONSE, WATCHDOG, Guard, TrackingAdapter, read_body
+from webhook.adapters.redfish.origin import ForeignLink, Origin, foreign_link, is_absolute, origin_of, resolve
 from webhook.adapters.redfish.payloads import FabricError
 from webhook.errors import ImexWebhookError
 
 log = logging.getLogger(__name__)
+
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 5
 
 
 class NoReply(ImexWebhookError):
@@ -58,8 +67,13 @@ class HttpTransport:
 
     def __init__(self, base_url: str, username: str, password: str, verify: bool | str, timeout: float,
                  retries: int, backoff: float, clock: Callable[[], float], sleep: Callable[[float], None],
-                 auth: AuthMode = "auto") -> None:
+                 auth: AuthMode = "auto", max_response: int = DEFAULT_MAX_RESPONSE) -> None:
         self.base_url = _without_userinfo(base_url).rstrip("/")
+        origin = origin_of(self.base_url)
+        if origin is None:
+            raise FabricError("connect to", self.base_url, "not an http:// or https:// URL with a host")
+        self.origin: Origin = origin
+        self.max_response = max_response
         self._basic = (username, password)
         self.auth = SessionAuth(auth)
         self.verify = verify
@@ -73,16 +87,26 @@ class HttpTransport:
         session: requests.Session | None = getattr(self._local, "session", None)
         if session is None:
             session = requests.Session()
+            for prefix in ("http://", "https://"):
+                session.mount(prefix, TrackingAdapter())  # lets the deadline watchdog find the socket
             session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
             self._local.session = session
             with self._sessions_lock:
                 self._sessions.append(session)
         return session
 
-    def url(self, path: str) -> str:
-        return path if "://" in path else self.base_url + path
+    def url(self, path: str, where: str = "request") -> str:
+        """The URL of a path or link; ForeignLink when it leaves the service's origin."""
+        return resolve(self.base_url, self.origin, path, where)
+
+    def link(self, value: str, where: str) -> str:
+        """A link a reply names, as a path on the service; ForeignLink when it names another origin."""
+        if value and is_absolute(value):
+            self.url(value, where)
+        return wire.path_of(value) if value else ""
 
     def _timeout(self, deadline: float | None) -> float:
+        """The time one request may take in all: ``timeout``, or less to fit the caller's deadline."""
         if deadline is None:
             return self.timeout
         remaining = deadline - self.clock()
@@ -92,14 +116,37 @@ class HttpTransport:
 
     def _raw(self, method: str, path: str, timeout: float, deadline: float | None, *, json: Any = None,
              headers: dict[str, str] | None = None, basic: bool = False) -> requests.Response:
-        try:
-            return self._session().request(method, self.url(path), json=json, headers=headers, timeout=timeout,
-                                           verify=self.verify, allow_redirects=False,
-                                           auth=self._basic if basic else None)
-        except requests.RequestException as exc:
-            # A timeout cut short to fit the deadline is the deadline running out.
-            late = deadline is not None and self.clock() >= deadline
-            raise NoReply(wire.short(str(exc)), deadline=late) from exc
+        """One request, its body read (capped) and same-origin redirects of a read followed, all within
+        ``timeout`` seconds: the watchdog cuts the connection when they pass, however slowly bytes arrive."""
+        url = self.url(path, f"a {method} request")
+        with Guard() as guard:
+            WATCHDOG.arm(guard, timeout)
+            try:
+                for _ in range(MAX_REDIRECTS + 1):
+                    resp = self._session().request(method, url, json=json, headers=headers, timeout=timeout,
+                                                   verify=self.verify, allow_redirects=False, stream=True,
+                                                   auth=self._basic if basic else None)
+                    read_body(resp, method, self.max_response)
+                    if guard.fired:  # a cut reply may look complete (headers or a body ended by the cut)
+                        raise requests.ConnectionError("cut at the deadline")
+                    location = resp.headers.get("Location")
+                    if not location:
+                        return resp
+                    # Checked on every reply: a session or task monitor elsewhere would get our token next.
+                    target = self.url(location, f"the Location of {method} {wire.short(url, 120)}")
+                    if resp.status_code not in REDIRECTS or method not in ("GET", "HEAD"):
+                        return resp
+                    url = target  # the same origin: the same credentials may go there
+                raise FabricError(method, url, f"more than {MAX_REDIRECTS} redirects", phase="read")
+            except requests.RequestException as exc:
+                # A timeout cut short to fit the deadline is the deadline running out.
+                late = deadline is not None and self.clock() >= deadline
+                if not guard.fired and not isinstance(exc, requests.Timeout):
+                    raise NoReply(wire.short(str(exc)), deadline=late) from exc
+                whose = "the caller's deadline" if late else "the request deadline"
+                log.warning("%s %s: no complete answer within %.3gs (%s); connection dropped", method,
+                            wire.short(url, 160), timeout, whose)
+                raise NoReply(f"no complete answer within {timeout:.3g}s ({whose})", deadline=late) from exc
 
     def send(self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None,
              deadline: float | None = None) -> requests.Response:
@@ -138,7 +185,7 @@ class HttpTransport:
             resp = self._raw("GET", ROOT, timeout, deadline)
             if resp.status_code != 200:
                 return self._refused(resp, ROOT)
-            self.auth.note_root(_json(resp))
+            self.auth.note_root(json_of(resp))
         uri = self.auth.sessions_uri
         if not uri:
             if self.auth.mode == "auto":
@@ -149,11 +196,14 @@ class HttpTransport:
         resp = self._raw("POST", uri, timeout, deadline, json={"UserName": user, "Password": password})
         token = resp.headers.get("X-Auth-Token", "")
         if 200 <= resp.status_code < 300 and token:
-            location = wire.path_of(resp.headers.get("Location") or wire.odata_id(_json(resp)))
+            body = json_of(resp)
+            named = body.get("@odata.id") if isinstance(body, dict) else None  # the Location header is checked
+            location = wire.path_of(resp.headers.get("Location") or "") or \
+                self.link(named if isinstance(named, str) else "", "the session login reply")
             log.info("logged in to %s with a Redfish session (%s)", self.base_url, location or "no session URI")
             return Login(token, location)
         without = 200 <= resp.status_code < 300 or offers_no_sessions(resp.status_code,
-                                                                        wire.message_ids(_json(resp)))
+                                                                        wire.message_ids(json_of(resp)))
         if without and self.auth.mode == "auto":
             log.info("%s offers no Redfish session login (HTTP %d); using HTTP Basic", self.base_url,
                      resp.status_code)
@@ -166,7 +216,7 @@ class HttpTransport:
         status = resp.status_code
         if status in (401, 403, 429) or status >= 500:
             return Login(refusal=resp)
-        detail = wire.messages_text(_json(resp)) or wire.short(resp.text) or resp.reason
+        detail = wire.messages_text(json_of(resp)) or snippet(resp) or resp.reason
         if 200 <= status < 300:
             detail = "the reply has no X-Auth-Token header"
         raise FabricError("session login", uri, f"HTTP {status}: {detail} (the credentials file can set auth: "
@@ -193,11 +243,8 @@ class HttpTransport:
             self._sessions.clear()
 
     def http_error(self, operation: str, resource: str, resp: requests.Response, phase: str) -> FabricError:
-        try:
-            body: Any = resp.json()
-        except ValueError:
-            body = None
-        text = wire.messages_text(body) or wire.short(resp.text) or resp.reason
+        body = json_of(resp)
+        text = wire.messages_text(body) or snippet(resp) or resp.reason
         hint = " (check the fabric credentials)" if resp.status_code in (401, 403) else ""
         if resp.request is not None and resp.request.method == "POST" and self.auth.sessions_uri and \
                 wire.path_of(resp.request.path_url) == wire.path_of(self.auth.sessions_uri):
@@ -227,9 +274,14 @@ class HttpTransport:
                                    deadline=exc.deadline)
                 continue
             if resp.status_code == 200:
-                body = _json(resp)
+                body = json_of(resp)
                 if not isinstance(body, dict):
-                    raise FabricError(operation, path, f"not a JSON object: {wire.short(resp.text)}", phase="read")
+                    kind = resp.headers.get("Content-Type") or "no Content-Type"
+                    raise FabricError(operation, path, f"the reply is not a JSON object ({wire.short(kind, 60)}): "
+                                      f"{snippet(resp, 120)}", phase="read")
+                foreign = foreign_link(body, self.base_url, self.origin)
+                if foreign:
+                    raise ForeignLink(foreign, self.origin, f"the reply to GET {wire.short(path, 80)} ({operation})")
                 if wire.path_of(path) == ROOT:
                     self.auth.note_root(body)  # saves the login a second read of the root
                 return body, resp.headers.get("ETag") or str(body.get("@odata.etag") or "")
@@ -243,8 +295,15 @@ class HttpTransport:
         raise last
 
 
-def _json(resp: requests.Response) -> Any:
+def json_of(resp: requests.Response) -> Any:
+    """The decoded body, None when it is not JSON (a nesting too deep for the parser included)."""
     try:
         return resp.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+
+
+def snippet(resp: requests.Response, limit: int = wire.MAX_TEXT) -> str:
+    """The start of a body for an error text: decoded as UTF-8 from its first bytes only (``resp.text`` would
+    first guess the charset of the whole body, up to the response cap)."""
+    return wire.short(resp.content[: 4 * limit].decode("utf-8", "replace"), limit)

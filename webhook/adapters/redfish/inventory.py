@@ -56,26 +56,31 @@ class Inventory:
 
     # --- discovery -------------------------------------------------------------------------------
 
-    def _collection(self, path: str, operation: str) -> list[tuple[dict[str, Any], str]]:
-        """Every member (body, etag): expanded by the service when it can, else one GET each; pages followed."""
+    def _collection(self, path: str, operation: str, deadline: float | None) -> list[tuple[dict[str, Any], str]]:
+        """Every member (body, etag): expanded by the service when it can, else one GET each; pages followed
+        (the transport checks that every link, ``nextLink`` included, stays on the service's origin)."""
         out: list[tuple[dict[str, Any], str]] = []
         uri = path + (EXPAND if self._expand else "")
         for _ in range(MAX_PAGES):
-            page, _ = self.http.get(uri, operation)
+            page, _ = self.http.get(uri, operation, deadline)
             for member in page.get("Members") or []:
                 if isinstance(member, dict) and "@odata.type" in member and "Id" in member:
                     out.append((member, str(member.get("@odata.etag") or "")))
                 elif wire.odata_id(member):
-                    out.append(self.http.get(wire.odata_id(member), operation))
+                    out.append(self.http.get(wire.odata_id(member), operation, deadline))
             next_link = page.get("Members@odata.nextLink")
             if not isinstance(next_link, str) or not next_link:
                 return out
             uri = next_link
         raise FabricError(operation, path, f"more than {MAX_PAGES} pages of members", phase="discover")
 
-    def discover(self) -> Discovery:
+    def discover(self, deadline: float | None = None) -> Discovery:
         """Find the CompositionService, zones, blocks and systems from the service root; refresh the snapshot."""
-        op, get = "discover", self.http.get
+        op = "discover"
+
+        def get(uri: str, operation: str) -> tuple[dict[str, Any], str]:
+            return self.http.get(uri, operation, deadline)
+
         root, _ = get(SERVICE_ROOT, op)
         comp_uri = wire.odata_id(root.get("CompositionService"))
         systems_uri = wire.odata_id(root.get("Systems"))
@@ -92,23 +97,24 @@ class Inventory:
             raise FabricError(op, comp_uri, "the CompositionService links no ResourceBlocks", phase="discover")
         zones: dict[str, str] = {}
         zone_of_block: dict[str, str] = {}
-        for body, _ in self._collection(zones_uri, op) if zones_uri else []:
+        for body, _ in self._collection(zones_uri, op, deadline) if zones_uri else []:
             zone_id = str(body.get("Id") or wire.odata_id(body).rsplit("/", 1)[-1])
             zones[zone_id] = wire.odata_id(body)
             zone_of_block.update(dict.fromkeys(wire.links(body, "ResourceBlocks"), zone_id))
         with self._lock:
             self._zone_ids = {uri: zone_id for zone_id, uri in zones.items()}
             self._zone_of_block = zone_of_block
-        systems = {self._remember_system(body, etag).uri: "" for body, etag in self._collection(systems_uri, op)}
+        systems = {self._remember_system(body, etag).uri: ""
+                   for body, etag in self._collection(systems_uri, op, deadline)}
         gpus: list[BlockInfo] = []
-        for body, etag in self._collection(blocks_uri, op):
+        for body, etag in self._collection(blocks_uri, op, deadline):
             types = wire.block_types(body)
             if "ComputerSystem" in types:
                 zone = self._zone(body)
                 for system in wire.link_list(body.get("ComputerSystems")) + wire.links(body, "ComputerSystems"):
                     systems[system] = zone
             if "Processor" in types:
-                info = self._parse(body, etag, op)
+                info = self._parse(body, etag, op, deadline)
                 if info is not None:
                     gpus.append(info)
         found = Discovery(comp_uri, blocks_uri, systems_uri, zones, systems)
@@ -125,7 +131,8 @@ class Inventory:
                     return self._zone_ids[uri]
             return self._zone_of_block.get(wire.odata_id(body), "")
 
-    def _parse(self, body: dict[str, Any], etag: str, operation: str) -> BlockInfo | None:
+    def _parse(self, body: dict[str, Any], etag: str, operation: str,
+               deadline: float | None = None) -> BlockInfo | None:
         """A GPU block's BlockInfo, or None for a block without a GPU Processor."""
         uri = wire.odata_id(body)
         with self._lock:
@@ -134,9 +141,9 @@ class Inventory:
             gpu = wire.Gpu(False)
             procs, collection = wire.processor_links(body)
             if collection:
-                procs = [wire.odata_id(b) for b, _ in self._collection(collection, operation)]
+                procs = [wire.odata_id(b) for b, _ in self._collection(collection, operation, deadline)]
             for proc in procs:
-                found = wire.parse_gpu(self.http.get(proc, operation)[0])
+                found = wire.parse_gpu(self.http.get(proc, operation, deadline)[0])
                 if found.is_gpu:
                     gpu = found
                     break
@@ -152,18 +159,18 @@ class Inventory:
             self._systems[view.uri] = view
         return view
 
-    def discovery(self) -> Discovery:
+    def discovery(self, deadline: float | None = None) -> Discovery:
         with self._lock:
             found = self._discovery
-        return found if found is not None else self.discover()
+        return found if found is not None else self.discover(deadline)
 
     # --- capacity snapshot -----------------------------------------------------------------------
 
-    def refresh(self) -> list[BlockInfo]:
+    def refresh(self, deadline: float | None = None) -> list[BlockInfo]:
         """Re-read the inventory now (one refresh at a time; concurrent callers share it)."""
         with self._refreshing:
             try:
-                self.discover()
+                self.discover(deadline)
             except FabricError as exc:
                 self.last_refresh_error = str(exc)
                 raise
@@ -171,18 +178,18 @@ class Inventory:
             with self._lock:
                 return list(self._blocks or [])
 
-    def _snapshot(self) -> list[BlockInfo]:
+    def _snapshot(self, deadline: float | None) -> list[BlockInfo]:
         with self._lock:
             blocks, age = self._blocks, self.http.clock() - self._refreshed_at
         if blocks is not None and age < self.refresh_interval:
             return list(blocks)
-        return self.refresh()
+        return self.refresh(deadline)
 
-    def free_blocks(self) -> dict[str, list[BlockInfo]]:
+    def free_blocks(self, deadline: float | None = None) -> dict[str, list[BlockInfo]]:
         """Free GPU blocks by zone Id (every known zone is a key), from a snapshot at most
         ``refresh_interval`` old."""
-        blocks = self._snapshot()
-        out: dict[str, list[BlockInfo]] = {zone: [] for zone in self.discovery().zones}
+        blocks = self._snapshot(deadline)
+        out: dict[str, list[BlockInfo]] = {zone: [] for zone in self.discovery(deadline).zones}
         for block in blocks:
             if block.free:
                 out.setdefault(block.zone, []).append(block)
@@ -195,11 +202,11 @@ class Inventory:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    def block_uri(self, block: str) -> str:
+    def block_uri(self, block: str, deadline: float | None = None) -> str:
         """A block's @odata.id from its @odata.id, URL or Id."""
         if block.startswith("/") or "://" in block:
             return wire.path_of(block)
-        return f"{self.discovery().blocks}/{block}"
+        return f"{self.discovery(deadline).blocks}/{block}"
 
     def read_block(self, uri: str, operation: str = "read", deadline: float | None = None) -> BlockInfo:
         body, etag = self.http.get(uri, operation, deadline)
@@ -223,14 +230,15 @@ class Inventory:
         with self._lock:
             self._systems[view.uri] = view
 
-    def system_for(self, node_name: str, annotation_value: str | None = None) -> str:
+    def system_for(self, node_name: str, annotation_value: str | None = None, deadline: float | None = None) -> str:
         """The node's ComputerSystem: the ``imex-webhook.io/redfish-system`` annotation when given (checked to
         exist), else ``<Systems collection>/<node>``, else the system whose Id or HostName is the node."""
-        found = self.discovery()
+        found = self.discovery(deadline)
         if annotation_value:
+            # The operator's annotation names the system; only its path is used, on the service's origin.
             uri = wire.path_of(annotation_value)
             if uri not in found.systems:
-                self.read_system(uri, f"find the system of node {node_name}")
+                self.read_system(uri, f"find the system of node {node_name}", deadline)
             return uri
         direct = f"{found.systems_collection}/{node_name}"
         if direct in found.systems:

@@ -17,7 +17,7 @@ from typing import Any
 import requests
 
 from webhook.adapters.redfish import payloads as wire
-from webhook.adapters.redfish.http import HttpTransport, NoReply
+from webhook.adapters.redfish.http import HttpTransport, NoReply, json_of, snippet
 from webhook.adapters.redfish.payloads import BlockInfo, FabricError, Goal
 
 ReadBlock = Callable[[str, str, float | None], BlockInfo]  # (uri, operation, deadline): the block read now
@@ -40,18 +40,17 @@ def check_deadline(clock: Callable[[], float], deadline: float, goal: Goal, reso
                           deadline=True)
 
 
-def monitor_of(resp: requests.Response) -> str:
-    """Location, else the body's TaskMonitor or @odata.id (services that omit the header)."""
+def monitor_of(http: HttpTransport, resp: requests.Response) -> str:
+    """Location (its origin checked by the transport), else the body's TaskMonitor or @odata.id (services
+    that omit the header), which must be on the service's origin too: the monitor is polled with our token."""
     location = resp.headers.get("Location")
     if location:
         return wire.path_of(location)
-    try:
-        body = resp.json()
-    except ValueError:
-        return ""
-    if isinstance(body, dict) and isinstance(body.get("TaskMonitor"), str):
-        return wire.path_of(body["TaskMonitor"])
-    return wire.odata_id(body)
+    body = json_of(resp)
+    named = body.get("TaskMonitor") if isinstance(body, dict) else None
+    if not isinstance(named, str):
+        named = body.get("@odata.id") if isinstance(body, dict) else None
+    return http.link(named, "the task reply") if isinstance(named, str) else ""
 
 
 class TaskWaiter:
@@ -69,10 +68,7 @@ class TaskWaiter:
             p.errors += 1
             return "error", None
         hint = wire.retry_after(resp.headers.get("Retry-After"))
-        try:
-            body: Any = resp.json()
-        except ValueError:
-            body = None
+        body: Any = json_of(resp)
         state, percent = wire.task_state(body)
         if resp.status_code == 202 or (resp.status_code == 200 and state in wire.RUNNING_TASK_STATES):
             p.errors = 0
@@ -82,7 +78,7 @@ class TaskWaiter:
             return "gone", None
         if 200 <= resp.status_code < 300 and state not in wire.FAILED_TASK_STATES:
             return "final", None
-        p.final = body if body is not None else {"error": {"message": wire.short(resp.text)}}
+        p.final = body if body is not None else {"error": {"message": snippet(resp)}}
         p.note = f"task {p.monitor} answered HTTP {resp.status_code}" + (f" (TaskState {state})" if state else "")
         if resp.status_code >= 500 or resp.status_code == 429:
             p.errors += 1
