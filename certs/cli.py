@@ -24,7 +24,8 @@ like the key files.
 
 The names below are the contract with the manifests, which import them in their tests.
 
-Exit codes: 0 done, 2 usage error (from argparse), 1 anything else, with one line naming the problem.
+Exit codes: 0 done, 2 usage error (from argparse, or one line naming the flag for a value out of its range),
+1 anything else, with one line naming the problem.
 """
 
 from __future__ import annotations
@@ -161,7 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace, prog: str = "python -m certs",
         after: Callable[[argparse.Namespace], None] | None = None) -> int:
     """Write what the parsed flags ask for; ``after`` lets a wrapping command (``imex-webhook certs``) act
-    on the written files. A failure is one line under ``prog``, exit status 1."""
+    on the written files. A failure is one line under ``prog``, exit status 1; a flag out of its range, exit
+    status 2 before anything is written."""
+    for flag, days in (("--days", args.days), ("--ca-days", args.ca_days)):
+        problem = issue.validity_problem(days)
+        if problem is not None:
+            print(f"{prog}: error: {flag} {str(days)[:20]}: {problem[:200]}", file=sys.stderr)
+            return 2
     try:
         code = _run(args)
         if code == 0 and after is not None:
@@ -250,10 +257,8 @@ def _dns(value: str) -> str:
 
 
 def _days(value: str) -> int:
+    """A whole number; its range is checked after parsing, in one line (:func:`run`)."""
     try:
-        days = int(value)
+        return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of days") from None
-    if days < 1:
-        raise argparse.ArgumentTypeError(f"validity must be at least 1 day, not {days}")
-    return days

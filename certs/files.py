@@ -157,7 +157,8 @@ def ensure_tls_dir(
     * Nothing there: create a CA and a serving certificate.
     * ``ca.crt``, ``tls.crt`` and ``tls.key`` present: reuse them, unless the serving certificate
       misses a requested SAN, expires within ``renew_before``, does not match its key, was not
-      issued by ``ca.crt`` or also allows client authentication; then re-issue it from ``ca.key``,
+      issued by ``ca.crt``, is no serving certificate (a CA's, or one without serverAuth) or also
+      allows client authentication; then re-issue it from ``ca.key``,
       or raise :class:`issue.CertError` if that key is absent (a new CA would silently invalidate
       every caBundle already deployed).
     * Only the CA present: issue a serving certificate from it.
@@ -216,6 +217,9 @@ def _reissue_reason(
     except issue.CertError as e:
         raise issue.CertError(f"{paths.ca_cert}: {e}") from e
     cert = serving.certificate()
+    problem = issue.serving_problem(cert)
+    if problem:  # a CA's certificate put in place of the serving one, say
+        return f"{paths.cert}: {problem}"
     missing = issue.missing_sans(cert, dns_names, ip_addresses)
     if missing:
         return f"{paths.cert} lacks SAN {', '.join(missing)}"

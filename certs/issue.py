@@ -44,6 +44,9 @@ RSA_KEY_SIZES = (2048, 3072, 4096)
 DEFAULT_RSA_BITS = 2048
 CA_DAYS = 3650
 SERVING_DAYS = 365
+# The longest validity issued: 100 years. Far beyond any rotation, and far below the end of X.509 dates
+# (9999-12-31) and of Python's (a timedelta of 10**9 days overflows).
+MAX_DAYS = 36500
 # Tolerated clock difference between us and whoever verifies the certificate first.
 CLOCK_SKEW = datetime.timedelta(minutes=5)
 
@@ -279,6 +282,23 @@ def extended_key_usages(cert: x509.Certificate) -> list[x509.ObjectIdentifier]:
         return []
 
 
+def serving_problem(cert: x509.Certificate) -> str | None:
+    """Why ``cert`` is not a TLS server's own certificate (None: it is): a CA's (BasicConstraints CA:TRUE),
+    which no client accepts as a server's, or one whose extended key usages leave out serverAuth."""
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if is_ca:
+        return ("a CA certificate (BasicConstraints CA:TRUE), not a serving certificate: give the server's own "
+                "certificate (tls.crt of `imex-webhook certs`), which that CA signed")
+    usages = extended_key_usages(cert)
+    if usages and ExtendedKeyUsageOID.SERVER_AUTH not in usages:
+        return ("the certificate is not for TLS servers (no serverAuth in its extended key usage), so every "
+                "client would refuse it")
+    return None
+
+
 def san_strings(cert: x509.Certificate) -> list[str]:
     """The certificate's SANs as plain strings (IPs in their canonical text form)."""
     try:
@@ -309,9 +329,18 @@ def is_signed_by(cert: x509.Certificate, ca_cert: x509.Certificate) -> bool:
     return True
 
 
-def _validity(days: int, now: datetime.datetime | None) -> tuple[datetime.datetime, datetime.datetime]:
+def validity_problem(days: int) -> str | None:
+    """Why ``days`` cannot be a certificate's validity (None: it can)."""
     if days < 1:
-        raise CertError(f"validity must be at least 1 day, not {days}")
+        return f"validity must be at least 1 day, not {days}"
+    if days > MAX_DAYS:
+        return f"validity must be at most {MAX_DAYS} days (100 years), not {days}"
+    return None
+
+
+def _validity(days: int, now: datetime.datetime | None) -> tuple[datetime.datetime, datetime.datetime]:
+    if not 1 <= days <= MAX_DAYS:
+        raise CertError(validity_problem(days) or "")
     start = now if now is not None else datetime.datetime.now(datetime.UTC)
     return start - CLOCK_SKEW, start + datetime.timedelta(days=days)
 

@@ -5,14 +5,23 @@
 ``run(namespace) -> exit status``; argparse parses the whole command line once, so ``VERB --help`` is that
 verb's help, printed once, under ``PROG VERB``.
 
+argparse's ``float`` reads ``nan``, ``inf`` and ``1e400`` (infinity) as numbers, which no flag of any verb
+means: every ``type=float`` flag is checked to be finite before the verb runs, and refused with one line
+naming the flag and exit status 2. Each verb checks the range its flags need.
+
 This module imports nothing of the project, so any layer's command line may use it.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
+
+# Where the parser notes each verb's float flags, for main() to check: [(dest, "--flag"), ...].
+_FLOAT_FLAGS = "_float_flags"
 
 
 class Command(NamedTuple):
@@ -32,8 +41,19 @@ def parser(prog: str, description: str, commands: Iterable[Command], version: st
     for command in commands:
         sub = verbs.add_parser(command.name, help=command.help, description=command.description or command.help)
         command.add_arguments(sub)
-        sub.set_defaults(run=command.run)
+        floats = [(a.dest, a.option_strings[-1]) for a in sub._actions if a.type is float and a.option_strings]
+        sub.set_defaults(run=command.run, **{_FLOAT_FLAGS: floats})
     return top
+
+
+def not_finite(ns: argparse.Namespace) -> str | None:
+    """The first float flag whose value is NaN or infinite, as a one-line complaint; None when all are finite."""
+    for dest, flag in getattr(ns, _FLOAT_FLAGS, ()):
+        value = getattr(ns, dest, None)
+        for number in value if isinstance(value, list) else [value]:
+            if isinstance(number, float) and not math.isfinite(number):
+                return f"{flag} {number}: expected a finite number"
+    return None
 
 
 def main(top: argparse.ArgumentParser, argv: Sequence[str]) -> int:
@@ -42,5 +62,9 @@ def main(top: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         ns = top.parse_args(argv)
     except SystemExit as exc:  # argparse has printed the help, the version or the usage error
         return exc.code if isinstance(exc.code, int) else 2
+    problem = not_finite(ns)
+    if problem is not None:
+        print(f"{top.prog} {ns.command}: {problem}", file=sys.stderr)
+        return 2
     code: int = ns.run(ns)
     return code

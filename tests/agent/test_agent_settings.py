@@ -35,18 +35,30 @@ def scenario(tmp_path: Path) -> str:
 REFUSED = [
     ([], "--node is required (or set NODE_NAME, e.g. from the downward API spec.nodeName)"),
     (["--node", ""], "--node is required (or set NODE_NAME, e.g. from the downward API spec.nodeName)"),
-    (["--node", "n", "--interval", "0"], "--interval must be positive"),
-    (["--node", "n", "--interval", "-1"], "--interval must be positive"),
+    (["--node", "n", "--interval", "0"], "--interval 0: expected seconds in (0, 86400]"),
+    (["--node", "n", "--interval", "-1"], "--interval -1: expected seconds in (0, 86400]"),
+    (["--node", "n", "--interval", "nan"], "--interval nan: expected seconds in (0, 86400]"),
+    (["--node", "n", "--interval", "1e400"], "--interval inf: expected seconds in (0, 86400]"),
+    (["--node", "n", "--interval", "1e10"], "--interval 1e+10: expected seconds in (0, 86400]"),
     (["--node", "n", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
     (["--node", "n", "--listen", "localhost:http"], "--listen 'localhost:http': expected HOST:PORT"),
     (["--node", "n", "--listen", "evil\n"], "--listen 'evil\\n': expected HOST:PORT"),
+    (["--node", "n", "--listen", "127.0.0.1:\uff18"], "--listen '127.0.0.1:\uff18': expected HOST:PORT"),
+    (["--node", "n", "--listen", "127.0.0.1:0"], "--listen '127.0.0.1:0': port 0 is out of range (1-65535)"),
+    (["--node", "n", "--listen", "127.0.0.1:65536"],
+     "--listen '127.0.0.1:65536': port 65536 is out of range (1-65535)"),
+    (["--node", "n", "--listen", "h:" + "9" * 40], f"--listen {'h:' + '9' * 40!r}: port 999999999999... is out of "
+                                                   "range (1-65535)"),
     (["--node", "n", "--nvml-sim", "/nonexistent.yaml"], "--nvml-sim /nonexistent.yaml: no such file"),
     (["--node", "n", "--deadline", "enumerate"],
      f"--deadline 'enumerate': expected STEP=SECONDS with STEP one of {STEPS}"),
     (["--node", "n", "--deadline", "warp=3"], f"--deadline 'warp=3': expected STEP=SECONDS with STEP one of {STEPS}"),
     (["--node", "n", "--deadline", "rescan=soon"], "--deadline 'rescan=soon': 'soon' is not a number of seconds"),
-    (["--node", "n", "--deadline", "rescan=0"], "--deadline 'rescan=0': must be positive"),
-    (["--node", "n", "--deadline", "rescan=-2"], "--deadline 'rescan=-2': must be positive"),
+    (["--node", "n", "--deadline", "rescan=0"], "--deadline 'rescan=0': expected seconds in (0, 86400]"),
+    (["--node", "n", "--deadline", "rescan=-2"], "--deadline 'rescan=-2': expected seconds in (0, 86400]"),
+    (["--node", "n", "--deadline", "rescan=nan"], "--deadline 'rescan=nan': expected seconds in (0, 86400]"),
+    (["--node", "n", "--deadline", "rescan=inf"], "--deadline 'rescan=inf': expected seconds in (0, 86400]"),
+    (["--node", "n", "--deadline", "gone=1e400"], "--deadline 'gone=1e400': expected seconds in (0, 86400]"),
 ]
 
 
@@ -65,6 +77,9 @@ def test_a_scenario_that_is_a_directory_is_no_such_file(tmp_path: Path) -> None:
 
 ACCEPTED = [
     (["--interval", "0.001"], {"interval": 0.001}),
+    (["--interval", "86400"], {"interval": 86400.0}),
+    (["--listen", "127.0.0.1:65535"], {"listen": "127.0.0.1:65535"}),
+    (["--deadline", "allocatable=86400"], {"deadlines": dataclasses.replace(Deadlines(), allocatable=86400.0)}),
     (["--listen", "none"], {"listen": ""}),
     (["--listen", ""], {"listen": ""}),
     (["--listen", "0.0.0.0:9000"], {"listen": "0.0.0.0:9000"}),

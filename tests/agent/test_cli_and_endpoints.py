@@ -12,6 +12,8 @@ Hostile requests: tests/agent/test_agent_http_hostile.py.
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -43,6 +45,13 @@ CLUSTER = "9277d399-7d0a-4d4a-9b0e-d85bb19ce2b0"
 def logging_left_to_pytest(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command would point the root logger at this test's captured stdout, for every later test."""
     monkeypatch.setattr(logs, "configure", lambda fmt, level: None)
+
+
+@pytest.fixture
+def quiet_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No handler on the root logger (one an earlier test left may write to a stream since closed), so
+    stderr holds only what the command printed."""
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
 
 
 def _args(kubeconfig: Path, *extra: str) -> list[str]:
@@ -107,7 +116,7 @@ def test_a_simulation_without_an_api_server_runs_on_an_in_memory_node(capsys: py
 
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "--node is required"),
-    (["--node", "n", "--interval", "0"], "--interval must be positive"),
+    (["--node", "n", "--interval", "0"], "--interval 0: expected seconds in (0, 86400]"),
     (["--node", "n", "--deadline", "enumerate"], "--deadline 'enumerate': expected STEP=SECONDS"),
     (["--node", "n", "--deadline", "warp=3"], "with STEP one of rescan, enumerate"),
     (["--node", "n", "--listen", "localhost"], "--listen 'localhost': expected HOST:PORT"),
@@ -121,12 +130,40 @@ def test_bad_flags_exit_2_with_one_line(argv: list[str], message: str, monkeypat
     assert message in capsys.readouterr().err
 
 
-def test_a_broken_scenario_exits_1_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("gpus:\n  - {uuid: GPU-1, pci: '0000:01:00.0', hotplug: sometimes}\n")
+BROKEN_SCENARIOS = [
+    ("bad-field", b"gpus:\n  - {uuid: GPU-1, pci: '0000:01:00.0', hotplug: sometimes}\n",
+     "gpus[0].hotplug: expected present, pending or never, got 'sometimes'"),
+    ("not-yaml", b"gpus: [unclosed\n",
+     "not valid YAML or JSON: expected ',' or ']', but got '<stream end>' at line 2, column 1"),
+    ("not-utf8", b"\xff\xfe\x00gpus: []\n", "not UTF-8 text (byte 0xff at offset 0)"),
+]
 
-    assert cli.main(["agent", "--node", "n", "--nvml-sim", str(bad), "--once", "--listen", "none"]) == 1
-    assert "gpus[0].hotplug: expected present, pending or never, got 'sometimes'" in capsys.readouterr().err
+
+@pytest.mark.parametrize(("content", "problem"), [r[1:] for r in BROKEN_SCENARIOS],
+                         ids=[r[0] for r in BROKEN_SCENARIOS])
+@pytest.mark.usefixtures("quiet_logging")
+def test_a_broken_scenario_is_one_line_naming_the_flag_and_exit_status_2(
+        content: bytes, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+
+    assert cli.main(["agent", "--node", "n", "--nvml-sim", str(bad), "--once", "--listen", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"imex-webhook agent: --nvml-sim {bad}: {problem}\n"
+
+
+@pytest.mark.usefixtures("quiet_logging")
+def test_a_listen_port_in_use_is_one_line_naming_the_flag_and_exit_status_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code = cli.main(["agent", "--node", "n", "--nvml-sim", str(scenario_path("nvl72-tray")),
+                         "--listen", f"127.0.0.1:{port}", "--log-level", "warning"])
+
+    assert code == 2
+    assert capsys.readouterr().err == (f"imex-webhook agent: --listen 127.0.0.1:{port}: port {port} is already in use "
+                                       "(another process listens there); choose another port with --listen "
+                                       "HOST:PORT, or --listen none\n")
 
 
 def _agent(simulate: Make, name: str) -> Agent:

@@ -208,6 +208,21 @@ def test_usage_errors_exit_2_and_write_nothing(
     assert not out_dir.exists()
 
 
+@pytest.mark.parametrize(("flag", "days", "problem"), [
+    ("--days", "1000000000", "validity must be at most 36500 days (100 years), not 1000000000"),
+    ("--ca-days", "36501", "validity must be at most 36500 days (100 years), not 36501"),
+    ("--days", "0", "validity must be at least 1 day, not 0"),
+    ("--ca-days", "-5", "validity must be at least 1 day, not -5"),
+])
+def test_a_validity_out_of_range_is_one_line_naming_the_flag_exit_2_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, days: str, problem: str
+) -> None:
+    code, out, err = run(capsys, *SERVICE_ARGS, "--out", str(tmp_path / "out"), f"{flag}={days}")
+    assert (code, out) == (2, "")
+    assert err == f"python -m certs: error: {flag} {days}: {problem}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "--kustomize" in out

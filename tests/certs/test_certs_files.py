@@ -5,9 +5,9 @@ from the moment they exist (no chmod); writes replace files atomically and leave
 even when the replace fails; the caBundle is base64 of the CA PEM; ``read_pair`` names the bad file;
 ``ensure_tls_dir`` creates everything in an empty directory, reuses a good set untouched, and
 re-issues the serving certificate from the existing CA when a SAN is missing, it expires within
-7 days, the key does not match, or it also allows client authentication (made before serving
-certificates became serverAuth only), failing clearly when the CA key is absent, the CA is expiring or
-the set is incomplete; a re-issued certificate is trusted through the unchanged ``ca.crt``;
+7 days, the key does not match, it is a CA's certificate, or it also allows client authentication
+(made before serving certificates became serverAuth only), failing clearly when the CA key is absent,
+the CA is expiring or the set is incomplete; a re-issued certificate is trusted through the unchanged ``ca.crt``;
 ``issue_client`` makes a client certificate from the directory's CA, its key 0600.
 """
 
@@ -187,6 +187,15 @@ def test_a_serving_cert_that_also_allows_client_auth_is_reissued_for_servers_onl
     cert = issue.load_certificate(result.paths.cert.read_bytes())
     assert issue.extended_key_usages(cert) == [ExtendedKeyUsageOID.SERVER_AUTH]
     assert not files.ensure_tls_dir(tmp_path, NAMES).reissued
+
+
+def test_a_ca_certificate_in_place_of_the_serving_one_is_reissued(tmp_path: Path) -> None:
+    made = files.ensure_tls_dir(tmp_path, NAMES)
+    (tmp_path / "tls.crt").write_bytes(made.paths.ca_cert.read_bytes())
+    (tmp_path / "tls.key").write_bytes((tmp_path / "ca.key").read_bytes())
+    result = files.ensure_tls_dir(tmp_path, NAMES)
+    assert result.reissued and "a CA certificate (BasicConstraints CA:TRUE)" in result.reason
+    assert issue.serving_problem(issue.load_certificate(result.paths.cert.read_bytes())) is None
 
 
 def test_issue_client_makes_the_schedulers_certificate_from_the_directory_ca(tmp_path: Path) -> None:

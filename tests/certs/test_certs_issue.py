@@ -176,6 +176,8 @@ def test_is_signed_by_tells_the_own_ca_from_another(ec_serving: issue.CertKey, e
         ({"dns_names": ["has space.example"]}, "invalid DNS name"),
         ({"dns_names": ["bücher.example"]}, "punycode"),
         ({"days": 0}, "at least 1 day"),
+        ({"days": issue.MAX_DAYS + 1}, "at most 36500 days"),
+        ({"days": 10 ** 9}, "at most 36500 days"),  # past what a timedelta holds: no OverflowError
         ({"key_type": "dsa"}, "key type"),
         ({"key_type": "rsa", "rsa_bits": 1024}, "RSA key size"),
     ],
@@ -237,3 +239,27 @@ def test_extended_key_usages_lists_what_the_certificate_carries(
     request: pytest.FixtureRequest, fixture: str, usages: list[x509.ObjectIdentifier]
 ) -> None:
     assert issue.extended_key_usages(request.getfixturevalue(fixture).certificate()) == usages
+
+
+def test_the_longest_validity_is_a_hundred_years() -> None:
+    ca = issue.new_ca(days=issue.MAX_DAYS, now=NOW)
+    assert ca.certificate().not_valid_after_utc == NOW + datetime.timedelta(days=36500)
+    with pytest.raises(issue.CertError, match=r"^validity must be at most 36500 days \(100 years\), not 36501$"):
+        issue.new_ca(days=36501, now=NOW)
+
+
+@pytest.mark.parametrize(("fixture", "problem"), [
+    ("ec_serving", None),
+    ("rsa_serving", None),
+    ("ec_ca", "a CA certificate (BasicConstraints CA:TRUE), not a serving certificate"),
+    ("ec_client", "the certificate is not for TLS servers (no serverAuth in its extended key usage)"),
+])
+def test_only_a_leaf_for_servers_is_a_serving_certificate(
+        request: pytest.FixtureRequest, fixture: str, problem: str | None) -> None:
+    found = issue.serving_problem(request.getfixturevalue(fixture).certificate())
+    assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+@pytest.fixture
+def ec_client(ec_ca: issue.CertKey) -> issue.CertKey:
+    return issue.new_client(ec_ca, "imex-scheduler")

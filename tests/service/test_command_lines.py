@@ -3,11 +3,18 @@ answers each problem with one line naming the input, exit status 2, and no "serv
 use says so and names the flag to change (in ``demo`` too). "serving" is logged only once the socket
 accepts connections. ``demo`` stops cleanly on Ctrl-C, removes its temporary directory, and its server
 does not outlive a demo killed with SIGKILL. ``simulate`` checks matplotlib and --out before it runs and
-says where it wrote."""
+says where it wrote.
+
+The tests that run a command as a process wait for events (a line in its output, a port that accepts or
+refuses, the process's exit), never for a guessed time: ``PATIENCE_S`` is only a safety net, for a loaded
+machine on a fresh clone. The demo plays its scenario in well under a second, so a Ctrl-C sent "during the
+demo" would race it; its stdout is a pipe already full, which holds the demo at the table it prints after
+the last job until the test is done with it."""
 
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 import re
 import signal
@@ -42,7 +49,7 @@ def pki(tmp_path: Path) -> dict[str, str]:
     ca = issue.new_ca()
     good = issue.new_serving(ca, ["localhost"], ["127.0.0.1"])
     files.write_pair(tmp_path / "tls.crt", tmp_path / "tls.key", good)
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    files.write_pair(tmp_path / "ca.crt", tmp_path / "ca.key", ca)
     files.write_pair(tmp_path / "client.crt", tmp_path / "client.key", issue.new_client(ca, "imex-scheduler"))
     past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
     files.write_pair(tmp_path / "old.crt", tmp_path / "old.key", issue.new_serving(ca, ["localhost"], days=1, now=past))
@@ -52,12 +59,13 @@ def pki(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "no-contexts").write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
     (tmp_path / "kindless.yaml").write_text("metadata: {name: n}\n")
     (tmp_path / "broken.yaml").write_text("kind: Node\nmetadata: {name: [unclosed\n")
+    (tmp_path / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     (tmp_path / "creds-bad").write_text("just-a-word\n")
     return {k: str(tmp_path / v) for k, v in {
-        "dir": "", "cert": "tls.crt", "key": "tls.key", "ca": "ca.crt", "client": "client.crt",
+        "dir": "", "cert": "tls.crt", "key": "tls.key", "ca": "ca.crt", "ca_key": "ca.key", "client": "client.crt",
         "client_key": "client.key", "old": "old.crt", "old_key": "old.key", "other_key": "other.key",
         "empty": "empty", "garbage": "garbage", "no_contexts": "no-contexts", "kindless": "kindless.yaml",
-        "broken": "broken.yaml", "creds_bad": "creds-bad", "missing": "missing.pem"}.items()}
+        "broken": "broken.yaml", "binary": "binary.yaml", "creds_bad": "creds-bad", "missing": "missing.pem"}.items()}
 
 
 TLS = ["--tls-cert", "{cert}", "--tls-key", "{key}"]
@@ -66,7 +74,9 @@ REFUSED = [
     ("kubeconfig-garbage", ["--kubeconfig", "{garbage}"], "--kubeconfig {garbage}: "),
     ("kubeconfig-no-context", ["--kubeconfig", "{no_contexts}"], "--kubeconfig {no_contexts}: "),
     ("in-cluster-outside", ["--in-cluster"], "--in-cluster: "),
-    ("cluster-unparsable", ["--cluster", "{broken}"], "--cluster {broken}: not valid YAML or JSON"),
+    ("cluster-unparsable", ["--cluster", "{broken}"],
+     "--cluster {broken}: not valid YAML or JSON: expected ',' or ']', but got '<stream end>' at line 3, column 1"),
+    ("cluster-binary", ["--cluster", "{binary}"], "--cluster {binary}: not UTF-8 text (byte 0x89 at offset 0)"),
     ("cluster-no-kind", ["--cluster", "{kindless}"], "--cluster {kindless} document 1: object has no kind"),
     ("fabric-credentials-missing", ["--fabric", "https://bmc.example", "--fabric-credentials", "{missing}"],
      "--fabric-credentials {missing}: "),
@@ -82,6 +92,8 @@ REFUSED = [
     ("tls-key-mismatch", ["--tls-cert", "{cert}", "--tls-key", "{other_key}"], "does not match the public key"),
     ("tls-cert-for-clients", ["--tls-cert", "{client}", "--tls-key", "{client_key}"], "not for TLS servers"),
     ("tls-cert-expired", ["--tls-cert", "{old}", "--tls-key", "{old_key}"], "--tls-cert {old}: expired on"),
+    ("tls-cert-is-a-ca", ["--tls-cert", "{ca}", "--tls-key", "{ca_key}"],
+     "--tls-cert {ca}: a CA certificate (BasicConstraints CA:TRUE), not a serving certificate"),
     ("client-ca-missing", [*TLS, "--client-ca", "{missing}"], "--client-ca {missing}: no such file"),
     ("client-ca-empty", [*TLS, "--client-ca", "{empty}"], "--client-ca {empty}: the file is empty"),
     ("client-ca-garbage", [*TLS, "--client-ca", "{garbage}"], "--client-ca {garbage}: no PEM certificate"),
@@ -121,7 +133,21 @@ def test_a_port_in_use_says_so_and_names_the_flag(pki: dict[str, str], capsys: p
     assert "serving" not in out
 
 
-def _run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+PATIENCE_S = 300.0  # a safety net only: each wait below ends on an event, in seconds on an idle machine
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Terminate and reap a process this test started, killing it if it outlasts the safety net."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(PATIENCE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+
+
+def _run(*argv: str, timeout: float = PATIENCE_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "webhook", *argv], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
 
@@ -147,15 +173,14 @@ def test_serving_is_logged_only_once_the_socket_accepts_connections(tmp_path: Pa
                                  "--tls-dir", str(tmp_path / "tls")], stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE_S
         while "imex-webhook serving" not in (tmp_path / "serve.log").read_text():
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
             time.sleep(0.01)
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # connected: the socket was listening when the line was written
     finally:
-        proc.terminate()
-        proc.wait(30)
+        _stop(proc)
 
 
 # -- demo -------------------------------------------------------------------------------------------------
@@ -169,10 +194,32 @@ def test_the_demo_on_a_port_in_use_says_so_and_names_its_flag() -> None:
     assert result.stderr.strip() == f"imex-webhook demo: port {port} is already in use; choose another with --port"
 
 
+def _full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is already full: a write to it blocks until its reader reads, which ours never
+    does while the writer lives."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # a page: little to fill
+    os.set_blocking(write_end, False)
+    for size in (4096, 1):  # pages, then any byte still fitting
+        try:
+            while True:
+                os.write(write_end, b"." * size)
+        except BlockingIOError:
+            pass
+    os.set_blocking(write_end, True)
+    return read_end, write_end
+
+
 @contextmanager
 def demo(*argv: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
-    proc = subprocess.Popen([sys.executable, "-m", "webhook", "demo", *argv], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    """The demo as a process, its stderr lines collected as they come. Its stdout is a full pipe, so it
+    stops at the table it prints after the last job, still inside the demo, until it is interrupted."""
+    held, stdout = _full_pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "webhook", "demo", *argv], stdout=stdout,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    finally:
+        os.close(stdout)
     lines: list[str] = []
     stream = proc.stderr
     assert stream is not None
@@ -183,12 +230,13 @@ def demo(*argv: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait(30)
-        reader.join(10)
+        proc.wait()
+        reader.join(PATIENCE_S)
         stream.close()
+        os.close(held)
 
 
-def _wait_for(lines: list[str], words: str, proc: subprocess.Popen[str], seconds: float = 90) -> str:
+def _wait_for(lines: list[str], words: str, proc: subprocess.Popen[str], seconds: float = PATIENCE_S) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for line in list(lines):
@@ -207,20 +255,28 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _until_closed(port: int, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE_S
+    while _accepts(port):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 def test_ctrl_c_during_the_demo_stops_it_and_its_server_without_a_traceback_and_removes_its_temp_dir() -> None:
     port = serving.free_port()
     with demo("--port", str(port)) as (proc, lines):
         serving_line = _wait_for(lines, "imex-webhook serving", proc)
         workdir = Path(re.findall(r"CA (\S+)/tls/ca\.crt", serving_line)[0])
         assert workdir.is_dir()
-        _wait_for(lines, "==> ", proc)
+        _wait_for(lines, "==> ", proc)  # playing; it cannot finish before the signal (see _full_pipe)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 130
+        assert proc.wait(PATIENCE_S) == 130
     text = "".join(lines)
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
     assert text.rstrip().endswith("imex-webhook demo: interrupted; the server was stopped")
     assert not workdir.exists()
-    assert not _accepts(port)
+    # The demo waits for its server; a server it had to kill on a slow machine drops its port a moment later.
+    _until_closed(port, "the demo's server still listens after the demo stopped")
 
 
 def test_a_demo_killed_outright_leaves_no_server_behind(tmp_path: Path) -> None:
@@ -229,12 +285,9 @@ def test_a_demo_killed_outright_leaves_no_server_behind(tmp_path: Path) -> None:
         _wait_for(lines, "imex-webhook serving", proc)
         assert _accepts(port)
         proc.kill()
-        proc.wait(30)
-    deadline = time.monotonic() + 30
-    while _accepts(port):
-        assert time.monotonic() < deadline, "the demo's server still listens after the demo was killed"
-        time.sleep(0.2)
-    assert "the parent process" in (tmp_path / "serve.log").read_text()
+        proc.wait()
+    _until_closed(port, "the demo's server still listens after the demo was killed")
+    assert "the parent process" in (tmp_path / "serve.log").read_text()  # logged before it stopped listening
 
 
 # -- simulate ---------------------------------------------------------------------------------------------

@@ -38,7 +38,14 @@ WORKERS_IN_KUBERNETES = (
     "server (more threads: --threads)")
 WORKERS_EMBEDDED = ("--workers {n}: the embedded cluster lives in one process, since each worker would hold its "
                     "own copy of it, bindings and reservations; use --threads for concurrency")
-FABRIC_TIMES = "--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative"
+BIND_BUDGET = "expected seconds in (0, 120), under the worker timeout (and the extender's httpTimeout)"
+LABEL_KEY = ("expected a Kubernetes label key: [PREFIX/]NAME, NAME at most 63 letters, digits, '-', '_' and '.', "
+             "beginning and ending with a letter or digit, PREFIX a DNS-1123 subdomain")
+SUBDOMAIN = ("expected a DNS-1123 subdomain: at most 253 lower-case letters, digits, '-' and '.', beginning and "
+             "ending with a letter or digit")
+SCHEDULER_NAME = f"{SUBDOMAIN}, as kube-scheduler requires of a profile's schedulerName"
+HUGE = str(10 ** 30)
+LONG_KEY = "k\n" + "y" * 200
 TTL_10 = ("--reservation-ttl 10: reservation TTL 10s is shorter than 360s: pods of a gang wait at Permit up to "
           "300s (kube-scheduler 1.35+) before they bind, and a reservation that expires meanwhile lets another "
           "group take the domain")
@@ -62,6 +69,8 @@ REFUSED = [
     (["--workers", "0"], "--workers and --threads must be at least 1"),
     (["--threads", "0"], "--workers and --threads must be at least 1"),
     (["--threads", "-3"], "--workers and --threads must be at least 1"),
+    (["--threads", "1025"], "--threads 1025: at most 1024 (each is an operating-system thread)"),
+    (["--threads", HUGE], "--threads 10000000000000000000...: at most 1024 (each is an operating-system thread)"),
     (["--kubeconfig", "{kubeconfig}", "--workers", "2"], WORKERS_IN_KUBERNETES.format(n=2)),
     (["--in-cluster", "--workers", "4"], WORKERS_IN_KUBERNETES.format(n=4)),
     (["--workers", "2"], WORKERS_EMBEDDED.format(n=2)),
@@ -77,7 +86,14 @@ REFUSED = [
     (["--bind", LONG_PORT], f"--bind {LONG_PORT!r}: port 999999999999... is out of range (1-65535)"),
     (["--bind", "h" * 5000 + ":0"], f"--bind {'h' * 60!r}: port 0 is out of range (1-65535)"),
     # request limits and client deadlines
-    (["--max-body", "0"], "--max-body 0: expected a positive number of bytes"),
+    (["--max-body", "0"], "--max-body 0: expected bytes in [1, 1 GiB]"),
+    (["--max-body", str(1024 ** 3 + 1)], "--max-body 1073741825: expected bytes in [1, 1 GiB]"),
+    (["--max-body", HUGE], "--max-body 10000000000000000000...: expected bytes in [1, 1 GiB]"),
+    (["--bind-budget", "0"], f"--bind-budget 0: {BIND_BUDGET}"),
+    (["--bind-budget", "-1"], f"--bind-budget -1: {BIND_BUDGET}"),
+    (["--bind-budget", "120"], f"--bind-budget 120: {BIND_BUDGET}"),
+    (["--bind-budget", "nan"], f"--bind-budget nan: {BIND_BUDGET}"),
+    (["--bind-budget", "inf"], f"--bind-budget inf: {BIND_BUDGET}"),
     (["--max-body", "4096", "--max-buffered", "4095"],
      "--max-buffered 4095: must hold at least one body (--max-body 4096)"),
     (["--handshake-timeout", "0"], "--handshake-timeout 0: expected seconds in (0, 3600]"),
@@ -88,18 +104,38 @@ REFUSED = [
     (["--fabric", "redfish"], "--fabric 'redfish': expected a URL, 'embedded' or 'none'"),
     (["--fabric", "https://bmc:8443"], "--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)"),
     (["--fabric", "http://bmc"], "--fabric URL needs --fabric-credentials FILE ('user:password' or YAML)"),
-    (["--fabric-refresh", "0"], FABRIC_TIMES),
-    (["--attach-timeout", "-1"], FABRIC_TIMES),
-    (["--orphan-grace", "-1"], FABRIC_TIMES),
+    (["--fabric-refresh", "0"], "--fabric-refresh 0: expected seconds in (0, 3600]"),
+    (["--fabric-refresh", "1e30"], "--fabric-refresh 1e+30: expected seconds in (0, 3600]"),
+    (["--attach-timeout", "-1"], "--attach-timeout -1: expected seconds in (0, 86400]"),
+    (["--attach-timeout", "nan"], "--attach-timeout nan: expected seconds in (0, 86400]"),
+    (["--orphan-grace", "-1"], "--orphan-grace -1: expected seconds in [0, 86400]"),
+    (["--orphan-grace", "inf"], "--orphan-grace inf: expected seconds in [0, 86400]"),
     # housekeeping, pods, watches, reservations
     (["--housekeeping-interval", "0"], "--housekeeping-interval 0: expected seconds in (0, 3600]"),
     (["--housekeeping-interval", "3601"], "--housekeeping-interval 3601: expected seconds in (0, 3600]"),
     (["--pod-ttl", "0"], "--pod-ttl 0: expected seconds in (0, 86400]"),
     (["--pod-ttl", "86401"], "--pod-ttl 86401: expected seconds in (0, 86400]"),
     (["--pod-ttl", "nan"], "--pod-ttl nan: expected seconds in (0, 86400]"),
-    (["--watch-stall-timeout", "0"], "--watch-stall-timeout 0: expected a positive number of seconds"),
-    (["--watch-stall-timeout", "-5"], "--watch-stall-timeout -5: expected a positive number of seconds"),
+    (["--watch-stall-timeout", "0"], "--watch-stall-timeout 0: expected seconds in (0, 86400]"),
+    (["--watch-stall-timeout", "-5"], "--watch-stall-timeout -5: expected seconds in (0, 86400]"),
+    (["--watch-stall-timeout", "1e10"], "--watch-stall-timeout 1e+10: expected seconds in (0, 86400]"),
     (["--reservation-ttl", "10"], TTL_10),
+    (["--reservation-ttl", "nan"], "--reservation-ttl nan: expected seconds in [360, 86400]"),
+    (["--reservation-ttl", "86401"], "--reservation-ttl 86401: expected seconds in [360, 86400]"),
+    # Kubernetes names
+    (["--domain-label", ""], f"--domain-label '': {LABEL_KEY}"),
+    (["--domain-label", "bad key!"], f"--domain-label 'bad key!': {LABEL_KEY}"),
+    (["--domain-label", "example.com/"], f"--domain-label 'example.com/': {LABEL_KEY}"),
+    (["--domain-label=-zone"], f"--domain-label '-zone': {LABEL_KEY}"),
+    (["--domain-label", "x" * 64], f"--domain-label {'x' * 64!r}: {LABEL_KEY}"),
+    (["--domain-label", "Example.com/zone"], f"--domain-label 'Example.com/zone': {LABEL_KEY}"),
+    (["--domain-label", "ok", "--domain-label", "a/b/c"], f"--domain-label 'a/b/c': {LABEL_KEY}"),
+    (["--domain-label", LONG_KEY], f"--domain-label {LONG_KEY[:80] + '...'!r}: {LABEL_KEY}"),  # escaped, clipped
+    (["--scheduler-name", ""], f"--scheduler-name '': {SCHEDULER_NAME}"),
+    (["--scheduler-name", "Imex"], f"--scheduler-name 'Imex': {SCHEDULER_NAME}"),
+    (["--scheduler-name", "a..b"], f"--scheduler-name 'a..b': {SCHEDULER_NAME}"),
+    (["--scheduler-name", "a" * 254], f"--scheduler-name {'a' * 80 + '...'!r}: {SCHEDULER_NAME}"),
+    (["--channel-device-class", "Channels!"], f"--channel-device-class 'Channels!': {SUBDOMAIN}"),
 ]
 
 
@@ -137,6 +173,16 @@ ACCEPTED = [
     ["--pod-ttl", "0.001"],
     ["--watch-stall-timeout", "0.001"],
     ["--reservation-ttl", f"{MIN_TTL:g}"],
+    ["--reservation-ttl", "86400"],
+    ["--threads", "1024", "--max-body", str(1024 ** 3)],
+    ["--bind-budget", "0.001"],
+    ["--bind-budget", "119.9"],
+    ["--fabric-refresh", "3600", "--attach-timeout", "86400", "--orphan-grace", "86400"],
+    ["--watch-stall-timeout", "86400"],
+    ["--domain-label", "zone", "--domain-label", "nvidia.com/gpu.clique", "--domain-label", "a" * 63],
+    ["--domain-label", "Zone_1.x", "--domain-label", f"{'p' * 63}.example/{'n' * 63}"],
+    ["--scheduler-name", "a", "--channel-device-class", "compute-domain-default-channel.nvidia.com"],
+    ["--scheduler-name", "my-scheduler.v2"],
     ["--housekeeping-interval", "3600", "--orphan-grace", "0"],
     ["--handshake-timeout", "0.5", "--header-timeout", "3600", "--body-timeout", "1", "--exit-with-parent"],
     ["--bind", "[::1]:65535", "--client-ca", "ca.crt", "--max-body", "10", "--max-buffered", "10"],

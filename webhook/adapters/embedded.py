@@ -65,6 +65,14 @@ def _flatten(doc: Any, where: str) -> Iterator[dict[str, Any]]:
     yield doc
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's complaint and where, on one line (its own message quotes the file over several)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
+
+
 def load_objects(paths: Iterable[Path]) -> list[dict[str, Any]]:
     objects: list[dict[str, Any]] = []
     for path in paths:
@@ -72,10 +80,13 @@ def load_objects(paths: Iterable[Path]) -> list[dict[str, Any]]:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ClusterFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:  # a binary file, or another encoding
+            raise ClusterFileError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                                   f"{exc.start})") from exc
         try:
             docs = list(yaml.safe_load_all(text))  # JSON is YAML, so one parser reads both
         except yaml.YAMLError as exc:
-            raise ClusterFileError(f"{path}: not valid YAML or JSON: {exc}") from exc
+            raise ClusterFileError(f"{path}: not valid YAML or JSON: {_yaml_problem(exc)}") from exc
         for i, doc in enumerate(docs):
             objects.extend(_flatten(doc, f"{path} document {i + 1}"))
     return objects

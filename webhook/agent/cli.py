@@ -10,6 +10,7 @@ The agent imports neither the service nor the simulators.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import signal
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+import yaml
 
 from webhook.adapters.kube import node_agent as kube_agent
 from webhook.agent import hotplug, release
@@ -58,7 +61,10 @@ def build(settings: AgentSettings, stack: ExitStack, simulate: SimulateNode | No
     if settings.nvml_sim is not None:
         if simulate is None:
             raise SettingsError(f"--nvml-sim {settings.nvml_sim}: this command was started without the simulators")
-        machine = simulate(settings, stack)
+        try:
+            machine = simulate(settings, stack)
+        except ValueError as exc:  # SettingsError, or what reading the scenario raised (not UTF-8, say)
+            raise SettingsError(scenario_problem(settings.nvml_sim, exc)) from None
         sysfs_root, proc_root = machine.sysfs_root, machine.proc_root
     nvml = Nvml(machine.nvml_module if machine is not None else None)
     stack.callback(nvml.shutdown)
@@ -81,6 +87,31 @@ def build(settings: AgentSettings, stack: ExitStack, simulate: SimulateNode | No
                  releasing=release.Options(deadlines=settings.deadlines, device_plugin=settings.device_plugin))
 
 
+def scenario_problem(path: Path, exc: BaseException) -> str:
+    """One line naming ``--nvml-sim`` and what is wrong with its file: a YAML error by its place, without the
+    parser's multi-line excerpt; bytes that are not UTF-8 by their offset."""
+    cause: BaseException | None = exc
+    while cause is not None:  # the scenario loader's own error wraps the parser's
+        if isinstance(cause, UnicodeDecodeError):
+            return f"--nvml-sim {path}: not UTF-8 text (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
+        if isinstance(cause, yaml.MarkedYAMLError) and cause.problem_mark is not None:
+            mark = cause.problem_mark
+            return (f"--nvml-sim {path}: not valid YAML or JSON: {cause.problem} at line {mark.line + 1}, "
+                    f"column {mark.column + 1}")
+        cause = cause.__cause__ or cause.__context__
+    text = " ".join(str(exc).split())
+    return f"--nvml-sim {path}: {text.removeprefix(f'{path}: ')}"
+
+
+def listen_problem(listen: str, exc: OSError) -> str:
+    """One line naming ``--listen`` and why the agent cannot listen there."""
+    port = listen.rpartition(":")[2]
+    if exc.errno == errno.EADDRINUSE:
+        return (f"--listen {listen}: port {port} is already in use (another process listens there); choose another "
+                "port with --listen HOST:PORT, or --listen none")
+    return f"--listen {listen}: cannot listen there: {' '.join(str(exc.strerror or exc).split())}"
+
+
 LogSetup = Callable[[str, str], None]  # (format, level): ``webhook.service.logs.configure``
 
 
@@ -97,7 +128,11 @@ def run(ns: argparse.Namespace, configure_logging: LogSetup | None = None,
     with ExitStack() as stack:
         try:
             agent = build(settings, stack, simulate)
-        except (SettingsError, kube_agent.AgentConfigError) as exc:
+        except SettingsError as exc:
+            print(f"imex-webhook agent: {exc}", file=sys.stderr)
+            # A file or flag the user can fix: 2. A command built without the simulators: 1, as a failure.
+            return 2 if settings.nvml_sim is None or simulate is not None else 1
+        except kube_agent.AgentConfigError as exc:
             print(f"imex-webhook agent: {exc}", file=sys.stderr)
             return 1
         if settings.once:
@@ -119,8 +154,8 @@ def run(ns: argparse.Namespace, configure_logging: LogSetup | None = None,
             try:
                 server = ProbeServer(agent, settings.listen).start()
             except OSError as exc:
-                print(f"imex-webhook agent: cannot listen on {settings.listen}: {exc}", file=sys.stderr)
-                return 1
+                print(f"imex-webhook agent: {listen_problem(settings.listen, exc)}", file=sys.stderr)
+                return 2
             stack.callback(server.stop)
         agent.run(stopping, settings.interval)
     return 0

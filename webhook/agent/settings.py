@@ -17,6 +17,9 @@ from webhook.errors import SettingsError
 # DaemonSet listens on every address of its pod's own network namespace (manifests/agent.yaml).
 DEFAULT_LISTEN = "127.0.0.1:8081"
 STEP_NAMES = tuple(f.name.replace("_", "-") for f in dataclasses.fields(Deadlines))
+# The longest pass interval and step deadline: beyond it a wait would overflow the clock (1e10 s does) long
+# before it could mean anything for a node.
+MAX_SECONDS = 86400.0
 LOG_FORMATS = ("plain", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -102,8 +105,8 @@ def _deadlines(values: list[str]) -> Deadlines:
             number = float(seconds)
         except ValueError as exc:
             raise SettingsError(f"--deadline {value!r}: {seconds!r} is not a number of seconds") from exc
-        if number <= 0:
-            raise SettingsError(f"--deadline {value!r}: must be positive")
+        if not 0 < number <= MAX_SECONDS:
+            raise SettingsError(f"--deadline {value!r}: expected seconds in (0, {MAX_SECONDS:g}]")
         changes[step.strip().replace("-", "_")] = number
     return dataclasses.replace(Deadlines(), **changes)
 
@@ -111,11 +114,15 @@ def _deadlines(values: list[str]) -> Deadlines:
 def from_args(ns: argparse.Namespace) -> AgentSettings:
     if not ns.node:
         raise SettingsError("--node is required (or set NODE_NAME, e.g. from the downward API spec.nodeName)")
-    if ns.interval <= 0:
-        raise SettingsError("--interval must be positive")
+    if not 0 < ns.interval <= MAX_SECONDS:
+        raise SettingsError(f"--interval {ns.interval:g}: expected seconds in (0, {MAX_SECONDS:g}]")
     listen = "" if ns.listen in ("", "none") else ns.listen
-    if listen and not listen.rpartition(":")[2].isdigit():
+    port = listen.rpartition(":")[2]
+    if listen and not (port.isascii() and port.isdigit()):
         raise SettingsError(f"--listen {ns.listen!r}: expected HOST:PORT")
+    if listen and (len(port.lstrip("0")) > 5 or not 1 <= int(port) <= 65535):
+        shown = port if len(port) <= 12 else port[:12] + "..."
+        raise SettingsError(f"--listen {listen[:60]!r}: port {shown} is out of range (1-65535)")
     if ns.nvml_sim is not None and not ns.nvml_sim.is_file():
         raise SettingsError(f"--nvml-sim {ns.nvml_sim}: no such file")
     return AgentSettings(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
-from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import issue as cert_issue
 from webhook.errors import SettingsError
@@ -68,13 +67,9 @@ def check_serving_pair(cert_flag: str, cert: Path, key_flag: str, key: Path) -> 
     now = datetime.datetime.now(datetime.UTC)
     if leaf.not_valid_after_utc <= now:
         raise SettingsError(f"{cert_flag} {cert}: expired on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
-    try:
-        usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return
-    if ExtendedKeyUsageOID.SERVER_AUTH not in usages:
-        raise SettingsError(f"{cert_flag} {cert}: the certificate is not for TLS servers (no serverAuth in its "
-                            "extended key usage), so every client would refuse it")
+    problem = cert_issue.serving_problem(leaf)
+    if problem is not None:
+        raise SettingsError(f"{cert_flag} {cert}: {problem}")
 
 
 def check_client_ca(path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import signal
 import sys
@@ -52,6 +53,13 @@ def _split_bind(bind: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _bind_problem(bind: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (f"--bind {bind}: port {port} is already in use (another process listens there); choose another "
+                "port with --bind HOST:PORT (port 0: any free one)")
+    return f"--bind {bind}: cannot listen there: {' '.join(str(exc.strerror or exc).split())}"
+
+
 def _with_auth(inventory: inv.Inventory, ns: argparse.Namespace) -> inv.Inventory:
     """The inventory with the command line's authentication flags applied (checked like the file's)."""
     changes: dict[str, object] = {}
@@ -84,7 +92,13 @@ def run(ns: argparse.Namespace) -> int:
         yaml.safe_dump(inv.to_dict(inventory), sys.stdout, sort_keys=False)
         return 0
     try:
-        running = server.start_in_thread(inventory, host, port, tls=tls, access_log=ns.access_log)
+        listening = server.listen(host, port)
+    except OSError as exc:
+        print(f"imex-webhook fabric-sim: {_bind_problem(ns.bind, port, exc)}", file=sys.stderr)
+        return 2
+    try:
+        running = server.start_in_thread(inventory, host, port, tls=tls, access_log=ns.access_log,
+                                         listening=listening)
     except (OSError, ValueError) as exc:
         print(f"imex-webhook fabric-sim: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.serving import LISTEN_QUEUE, BaseWSGIServer, WSGIRequestHandler, make_server
 
 from certs import files as cert_files
+from webhook.agent.server import listening_socket
 from webhook.sim.fabric import inventory as inv
 from webhook.sim.fabric.app import create_app
 from webhook.sim.fabric.compose import Simulator
@@ -92,25 +94,37 @@ def ssl_context(tls: TlsFiles) -> ssl.SSLContext:
     return context
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host:port`` (port 0: any free one). Raises ``OSError`` when it
+    cannot (the port in use, an address not this machine's), where werkzeug would print and exit."""
+    return listening_socket(host, port, LISTEN_QUEUE)
+
+
 def start_in_thread(source: inv.Inventory | Simulator | None = None, host: str = "127.0.0.1", port: int = 0,
-                    *, tls: TlsFiles | None = None, access_log: bool = False) -> RunningSim:
+                    *, tls: TlsFiles | None = None, access_log: bool = False,
+                    listening: socket.socket | None = None) -> RunningSim:
     """Serve ``source`` (an inventory, a ready Simulator, or the demo inventory) until ``stop()``.
 
     ``port=0`` takes a free port; the URL in the result names the one bound. With ``tls`` the server
-    speaks HTTPS only (TLS 1.2 or newer).
+    speaks HTTPS only (TLS 1.2 or newer). ``listening``: a socket from :func:`listen` to serve on instead
+    of binding ``host:port`` here (closed by this call; the server keeps its own duplicate).
     """
     simulator = source if isinstance(source, Simulator) else Simulator(source or inv.demo())
     handler = _AccessLogHandler if access_log else _QuietHandler
     kwargs: dict[str, Any] = {"threaded": True, "request_handler": handler}
     if tls is not None:
         kwargs["ssl_context"] = ssl_context(tls)
-    server = make_server(host, port, create_app(simulator), **kwargs)
+    sock = listening if listening is not None else listen(host, port)
+    try:
+        server = make_server(host, sock.getsockname()[1], create_app(simulator), fd=sock.fileno(), **kwargs)
+    finally:
+        sock.close()
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"
-    url = f"{'https' if tls else 'http'}://{shown}:{server.server_port}"
+    url = f"{'https' if tls else 'http'}://{shown}:{server.port}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              name=f"fabric-sim:{server.server_port}", daemon=True)
+                              name=f"fabric-sim:{server.port}", daemon=True)
     thread.start()
     log.info("fabric simulator serving %s (%d zones, %d systems, %d blocks)", url,
              len(simulator.zones), len(simulator.systems), len(simulator.blocks))
