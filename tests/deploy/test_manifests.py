@@ -105,7 +105,7 @@ def test_timeouts_nest_inside_each_other() -> None:
 def test_the_extender_reaches_the_service_on_the_port_serve_binds() -> None:
     (extender,) = deploy.scheduler_config()["extenders"]
     service = _one("Service", deploy.SERVICE_NAME)
-    (port,) = service["spec"]["ports"]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == "https"]
     assert extender["urlPrefix"] == f"https://{deploy.SERVICE_NAME}.{service['metadata']['namespace']}.svc:{port['port']}"
     container = _one("Deployment", deploy.SERVICE_NAME)["spec"]["template"]["spec"]["containers"][0]
     (named,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]

@@ -336,7 +336,7 @@ def test_the_schema_check_catches_a_misspelt_field(rendered: list[dict[str, Any]
 
 
 @upstream.COLD_CACHE
-def test_the_service_monitor_scrapes_the_webhook_service_over_tls_by_its_name(
+def test_the_service_monitor_scrapes_the_webhook_replicas_on_their_probe_port(
         rendered: list[dict[str, Any]]) -> None:
     service = _one(rendered, "Service", deploy.SERVICE_NAME)
     monitor = _one(rendered, "ServiceMonitor")
@@ -344,13 +344,12 @@ def test_the_service_monitor_scrapes_the_webhook_service_over_tls_by_its_name(
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics")
-    tls = endpoint["tlsConfig"]
-    assert tls["serverName"] == deploy.service_dns() and "insecureSkipVerify" not in tls
-    # The CA comes from the Secret the webhook serves its certificate from.
-    webhook = _one(rendered, "Deployment", deploy.SERVICE_NAME)["spec"]["template"]["spec"]
-    served_from = {v["secret"]["secretName"] for v in webhook["volumes"] if "secret" in v}
-    assert tls["ca"]["secret"]["name"] in served_from and tls["ca"]["secret"]["key"] == "ca.crt"
+    assert (endpoint["scheme"], endpoint["path"]) == ("http", "/metrics") and "tlsConfig" not in endpoint
+    # The Service's port leads to the container port serve --probe-bind listens on (plain HTTP).
+    target = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}[endpoint["port"]]
+    (container,) = _one(rendered, "Deployment", deploy.SERVICE_NAME)["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[target] == deploy.PROBE_PORT and f"--probe-bind=0.0.0.0:{deploy.PROBE_PORT}" in container["args"]
 
 
 @upstream.COLD_CACHE

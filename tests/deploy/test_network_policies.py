@@ -129,8 +129,11 @@ CASES = [
     ("a tenant pod -> webhook, until narrowed", TENANT_POD, WEBHOOK, 8443, True, False),
     ("an address outside the control plane -> webhook", ELSEWHERE, WEBHOOK, 8443, True, False),
     ("the control plane -> /mutate", CONTROL_PLANE, WEBHOOK, 8443, True, True),
-    ("Prometheus -> webhook metrics", PROMETHEUS, WEBHOOK, 8443, True, False),
-    ("moved Prometheus -> webhook metrics", MOVED_PROMETHEUS, WEBHOOK, 8443, True, True),
+    ("Prometheus -> webhook metrics", PROMETHEUS, WEBHOOK, 8081, True, False),
+    ("moved Prometheus -> webhook metrics", MOVED_PROMETHEUS, WEBHOOK, 8081, False, True),
+    ("a tenant pod -> webhook probe port", TENANT_POD, WEBHOOK, 8081, False, False),
+    ("the scheduler -> webhook probe port", SCHEDULER_POD, WEBHOOK, 8081, False, False),
+    ("an address -> webhook probe port", ELSEWHERE, WEBHOOK, 8081, False, False),
     ("Prometheus -> scheduler metrics", PROMETHEUS, SCHEDULER, 10259, True, False),
     ("moved Prometheus -> scheduler metrics", MOVED_PROMETHEUS, SCHEDULER, 10259, False, True),
     ("Prometheus -> agent metrics", PROMETHEUS, AGENT, 8081, True, False),
@@ -178,7 +181,10 @@ def test_each_opened_port_is_the_port_its_container_serves(base: list[dict[str, 
     objects = base
     templates = _pod_templates(objects)
     webhook = templates["imex-webhook"]["spec"]["containers"][0]
-    assert [p["containerPort"] for p in webhook["ports"]] == [8443]
+    assert [p["containerPort"] for p in webhook["ports"]] == [deploy.CONTAINER_PORT, deploy.PROBE_PORT]
+    assert f"--probe-bind=0.0.0.0:{deploy.PROBE_PORT}" in webhook["args"]
+    for probe in ("livenessProbe", "readinessProbe"):  # the kubelet probes the probe port, over plain HTTP
+        assert (webhook[probe]["httpGet"]["port"], webhook[probe]["httpGet"]["scheme"]) == ("probes", "HTTP")
     agent = templates["imex-agent"]["spec"]["containers"][0]
     assert "--listen=0.0.0.0:8081" in agent["args"] and agent["ports"][0]["containerPort"] == 8081
     scheduler = templates["imex-scheduler"]["spec"]["containers"][0]
@@ -186,8 +192,7 @@ def test_each_opened_port_is_the_port_its_container_serves(base: list[dict[str, 
     opened = {(p["metadata"]["name"], port["port"]) for p in objects if p["kind"] == "NetworkPolicy"
               for rule in p["spec"].get("ingress") or [] for port in rule.get("ports") or []}
     assert opened == {("imex-webhook-from-scheduler", 8443), ("imex-webhook-from-apiserver", 8443),
-                      ("imex-metrics-from-prometheus", 8443), ("imex-metrics-from-prometheus", 10259),
-                      ("imex-metrics-from-prometheus", 8081)}
+                      ("imex-metrics-from-prometheus", 10259), ("imex-metrics-from-prometheus", 8081)}
 
 
 def test_the_extender_url_reaches_the_port_the_scheduler_is_admitted_to(base: list[dict[str, Any]]) -> None:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from webhook.domain.limits import body_limit
 from webhook.service import framing
 
 LIMIT, MAX_BODY = 65536, 1000
@@ -160,3 +161,49 @@ def test_the_end_is_found_exactly_when_the_last_byte_arrives_however_the_bytes_a
                 break
     assert found == len(request)
     assert before < len(request) <= len(received)  # not a read too early
+
+
+@pytest.mark.parametrize("data", [
+    b"GET /healthz HTTP/1.1\nHost: x\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: x\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nX-A: a\rb\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: x\n",  # refused before the head is complete
+])
+def test_a_bare_lf_or_cr_in_the_head_is_refused(data: bytes) -> None:
+    with pytest.raises(framing.FramingError, match="bare LF or CR") as refused:
+        framing.find_head(data, LIMIT)
+    assert refused.value.status == 400
+
+
+def test_a_cr_at_the_end_of_what_arrived_is_not_yet_bare() -> None:
+    assert framing.find_head(b"GET /healthz HTTP/1.1\r", LIMIT) is None
+    assert framing.find_head(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r", LIMIT) is None
+
+
+@pytest.mark.parametrize(("line", "path"), [
+    (b"POST /mutate?timeout=5s HTTP/1.1", "/mutate"),
+    (b"POST //bind/ HTTP/1.1", "/bind"),
+    (b"POST /./filter HTTP/1.1", "/filter"),
+    (b"POST https://imex-webhook.imex-system.svc/prioritize HTTP/1.1", "/prioritize"),
+    (b"GET healthz HTTP/1.1", ""),
+    (b"GET /a b HTTP/1.1", ""),
+])
+def test_the_route_path_is_the_one_the_router_sees(line: bytes, path: str) -> None:
+    assert framing.route_path(line) == path
+
+
+@pytest.mark.parametrize(("path", "limit"), [
+    ("/filter", 64 << 20), ("/prioritize", 64 << 20), ("/preempt", 64 << 20), ("/mutate", 3 << 20),
+    ("/bind", 64 << 10), ("/healthz", 64 << 10), ("/nowhere", 64 << 10), ("", 64 << 10),
+])
+def test_each_route_has_a_body_limit_sized_from_its_peer(path: str, limit: int) -> None:
+    assert body_limit(path, 64 << 20) == limit
+    assert body_limit(path, 4096) == 4096  # never above --max-body
+
+
+def test_a_body_over_its_routes_limit_is_refused_before_it_is_read() -> None:
+    head = framing.find_head(b"POST /bind HTTP/1.1\r\nContent-Length: 65537\r\n\r\n", LIMIT)
+    assert head is not None and head.path == "/bind"
+    with pytest.raises(framing.FramingError, match="65536") as refused:
+        framing.content_end(head, body_limit(head.path, 64 << 20))
+    assert refused.value.status == 413

@@ -4,6 +4,7 @@ a URL never shown with its credentials. docs/HARDENING.md lists them with what a
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from webhook.wire.fields import NAME_MAX
@@ -12,6 +13,27 @@ from webhook.wire.fields import NAME_MAX
 # NodeList mode echoes the nodes it was sent. Real Kubernetes objects stay under 20.
 MAX_DEPTH = 254
 GROUP_NAME_MAX = NAME_MAX  # the imex-webhook.io/group annotation: becomes part of the group's identity
+
+# Per-route body limits, sized from what the real peer sends (docs/HARDENING.md, "Input limits"): one
+# AdmissionReview of a Pod is bounded by kube-apiserver's own request limit (MaxRequestBodyBytes, 3 MiB);
+# ExtenderBindingArgs are names and a UID; the NodeList verbs keep --max-body; GET routes take no body.
+# Each is capped by --max-body too. The server's poller refuses past them before reading a body, the app
+# again for whatever server runs it.
+MUTATE_MAX_BODY = 3 * 1024 * 1024
+SMALL_MAX_BODY = 64 * 1024
+LARGE_BODY_PATHS = frozenset({"/filter", "/prioritize", "/preempt"})
+
+
+def normalized(path: str) -> str:
+    """``//filter/``, ``/./filter`` and ``/filter`` are one path to a router that merges slashes."""
+    return posixpath.normpath("/" + path.lstrip("/")) if path else "/"
+
+
+def body_limit(path: str, max_body: int) -> int:
+    """The largest body the route of ``path`` (slashes merged) accepts."""
+    if path in LARGE_BODY_PATHS:
+        return max_body
+    return min(MUTATE_MAX_BODY if path == "/mutate" else SMALL_MAX_BODY, max_body)
 
 
 # scheme://userinfo@: the userinfo runs to the last "@" before white space, as URL parsers take the last.

@@ -53,6 +53,11 @@ class _StateCollector(Collector):
         yield res
 
 
+# Why the server drops a connection (webhook.service.closing, webhook.service.conn_limits).
+CONNECTION_DROP_REASONS = ("handshake-timeout", "header-timeout", "body-timeout", "write-timeout", "pipelined",
+                           "evicted-idle", "evicted-idle-source", "refused-full", "refused-source-full")
+
+
 class Metrics:
     def __init__(self, sync_state: Callable[[], dict[str, bool]],
                  reservations: Callable[[], dict[str, int]]) -> None:
@@ -76,6 +81,13 @@ class Metrics:
         self.cleanups = Counter("imex_webhook_fabric_cleanups_total",
                                 "Reconciler actions: released, rolled-back, detached, orphan-detached (a "
                                 "leaked block recovered)", ["action"], registry=self.registry)
+        self.connections_dropped = Counter(
+            "imex_webhook_connections_dropped_total", "Connections the server dropped, by why: a missed "
+            "deadline (handshake, header, body, write), too many pipelined requests, or a connection cap "
+            "(docs/HARDENING.md, \"Connection limits\")", ["reason"], registry=self.registry)
+        # Every series from the start: a rate over a series that appears with its first drop misses that drop.
+        for reason in CONNECTION_DROP_REASONS:
+            self.connections_dropped.labels(reason)
         self.registry.register(_StateCollector(sync_state, reservations))
 
     def count(self, path: str, status: int) -> None:

@@ -20,6 +20,7 @@ from webhook.service import settings
 SERVICE_NAME = "imex-webhook"
 NAMESPACE = "imex-system"
 CONTAINER_PORT = 8443
+PROBE_PORT = 8081  # serve --probe-bind: /healthz, /readyz and /metrics over plain HTTP
 SERVICE_PORT = 443
 SCHEDULER_NAME = "imex-scheduler"
 SCHEDULER_CONFIG_MAP = certs_cli.SCHEDULER_CONFIG_MAP_NAME

@@ -10,6 +10,8 @@ socket for a body whose end is unknown.
 
 from __future__ import annotations
 
+import posixpath
+import re
 from dataclasses import dataclass
 
 from webhook.errors import ImexWebhookError
@@ -17,7 +19,8 @@ from webhook.errors import ImexWebhookError
 HEAD_END = b"\r\n\r\n"
 # A chunk-size line (hex size and extensions) longer than this is not one a real client sends.
 MAX_CHUNK_LINE = 1024
-
+# A line ends with CRLF; a bare LF or CR in a head is refused (RFC 9112 section 2.2 lets a server do so).
+_BARE_LF_OR_CR = re.compile(rb"(?<!\r)\n|\r(?=[^\n])")
 
 class FramingError(ImexWebhookError):
     """The request cannot be read to its end: answered with ``status`` and the message, then closed."""
@@ -46,6 +49,18 @@ class Head:
     length: int | None = None  # Content-Length
     chunked: bool = False
     expect_continue: bool = False
+    path: str = ""  # the request target's path, as the router sees it ("//bind/" is "/bind")
+
+
+def route_path(request_line: bytes) -> str:
+    """The path of a request line's target, slashes merged as the router does; "" when there is none."""
+    parts = request_line.split(b" ")
+    if len(parts) != 3:
+        return ""
+    target = parts[1].split(b"?", 1)[0].split(b"#", 1)[0].decode("latin-1")
+    if target.startswith(("http://", "https://")):  # absolute form: the path after the authority
+        target = "/" + target.split("://", 1)[1].partition("/")[2]
+    return posixpath.normpath("/" + target.lstrip("/")) if target.startswith("/") else ""
 
 
 def find_head(buf: bytes | bytearray, limit: int, start: int = 0,
@@ -55,6 +70,8 @@ def find_head(buf: bytes | bytearray, limit: int, start: int = 0,
     if lines.line > 0 and buf.find(b"\r\n", 0, lines.line + 2) < 0 and len(buf) - 2 > lines.line:
         raise FramingError(414, f"request line longer than {lines.line} bytes")
     end = buf.find(HEAD_END, start, limit + len(HEAD_END))
+    if _BARE_LF_OR_CR.search(buf, max(0, start - 1), end + 2 if end >= 0 else min(len(buf), limit + 2)):
+        raise FramingError(400, "a bare LF or CR in the request head: lines end with CRLF")
     if end < 0:
         if len(buf) > limit:
             raise FramingError(431, f"request head larger than {limit} bytes")
@@ -66,7 +83,8 @@ def parse_head(head: bytes, end: int, lines: LineLimits = LineLimits()) -> Head:
     lengths: list[bytes] = []
     codings: list[bytes] = []
     expect = False
-    fields = head.split(b"\r\n")[1:]
+    request_line, *fields = head.split(b"\r\n")
+    path = route_path(request_line)
     if len(fields) > lines.fields > 0:
         raise FramingError(431, f"more than {lines.fields} header fields")
     for line in fields:
@@ -87,14 +105,14 @@ def parse_head(head: bytes, end: int, lines: LineLimits = LineLimits()) -> Head:
             raise FramingError(400, "both Content-Length and Transfer-Encoding: the body's end is ambiguous")
         if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
             raise FramingError(400, "Transfer-Encoding must end with chunked, once")
-        return Head(end, chunked=True, expect_continue=expect)
+        return Head(end, chunked=True, expect_continue=expect, path=path)
     if not lengths:
-        return Head(end)
+        return Head(end, path=path)
     if len(lengths) > 1 or not lengths[0].isascii() or not lengths[0].isdigit():
         raise FramingError(400, "Content-Length must be one decimal number")
     # Beyond 18 digits it is above any body limit; int() of thousands of digits would be refused anyway.
     length = int(lengths[0]) if len(lengths[0]) <= 18 else 10**18
-    return Head(end, length=length, expect_continue=expect)
+    return Head(end, length=length, expect_continue=expect, path=path)
 
 
 class ChunkedBody:

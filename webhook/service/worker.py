@@ -1,17 +1,19 @@
-"""gunicorn's gthread worker with one change: a thread serves a request only once all of it has arrived.
+"""gunicorn's gthread worker, changed so that no client can hold a thread: a thread serves a request only
+once all of it has arrived, and the poller, not the thread, writes the response.
 
-The stock worker hands every accepted connection to a thread, which then does the TLS handshake and
-reads the request head and body with blocking calls and no deadline. As many slow or idle clients as
-there are threads (8 by default) therefore stop the service: ``/healthz`` and ``/filter`` time out.
+The stock worker hands every accepted connection to a thread, which then does the TLS handshake, reads
+the request and writes the response with blocking calls. As many slow clients as there are threads
+therefore stop the service. Here the worker's poller (its main thread, which only waits on sockets) takes
+each connection through the TLS handshake and reads the request head and body without blocking, each
+phase under its own deadline. Only a complete request goes to the thread pool, where gunicorn's parser
+reads it from memory (:mod:`webhook.service.thread_side`); the response goes to the connection's output
+buffer, which the poller writes out under the write deadline (:mod:`webhook.service.conns`). Between
+requests a kept-alive connection waits in the poller; bytes the client sent ahead (pipelining) are read
+the same way, at most :attr:`Limits.pipelined` requests in a row.
 
-Here the worker's poller (its main thread, which only waits on sockets) takes each connection through
-the TLS handshake and reads the request head and body with non-blocking calls, each phase under its own
-deadline; a connection that misses one is closed. Only a complete request goes to the thread pool, where
-gunicorn's parser reads it from the buffer without touching the socket, and the response is written
-under a deadline too. Between requests a kept-alive connection waits in the poller, as before; bytes the
-client sent ahead (pipelining) are taken back and read the same way.
-
-Memory: buffered request bytes across all connections are capped (:attr:`Limits.buffered`); past it,
+Connections are counted per listener and per source address (:mod:`webhook.service.conn_limits`): past a
+cap the oldest idle one makes room. The probe listener (``--probe-bind``, plain HTTP) has its own pool and
+threads. Buffered request bytes across all connections are capped (:attr:`Limits.buffered`); past it,
 bodies still arriving wait (their deadline still running) until dispatched requests free room.
 """
 
@@ -20,87 +22,58 @@ from __future__ import annotations
 import errno
 import logging
 import selectors
-import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from gunicorn import http, util
 from gunicorn import sock as gsock
+from gunicorn import util
 from gunicorn.workers import gthread
 
+from webhook.domain.limits import body_limit
 from webhook.service import framing
+from webhook.service.closing import READS_PER_TURN, RECV_SIZE, STOP_LINGER, Closing, send_quietly
+from webhook.service.conn_limits import Drops, Pool
+from webhook.service.conns import BODY, CLOSING, HANDSHAKE, HEAD, IDLE, SERVING, WRITING, Conn, Limits
+from webhook.service.thread_side import ThreadSide
+
+__all__ = ["Limits", "Worker"]
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE, IDLE, HEAD, BODY, SERVING, CLOSING = "handshake", "idle", "head", "body", "serving", "closing"
-RECV_SIZE = 64 * 1024
-# Reads from one connection per poller wake-up before the others get a turn (the socket stays readable).
-READS_PER_TURN = 16
-SWEEP_INTERVAL = 0.25  # seconds between deadline sweeps
-LINGER = 5.0  # seconds a closing connection may take to send the rest of a refused body and its FIN
-STOP_LINGER = 2.0  # kept-alive connections left open this long once the worker is stopping
+SEND_SIZE = 16 * 1024  # one TLS record: a write OpenSSL could not finish is retried with the same bytes
+PROBE_THREADS = 2
 
 
-@dataclass(frozen=True)
-class Limits:
-    handshake: float  # accept to the end of the TLS handshake
-    header: float  # first byte (or the handshake's end) to the end of the request head
-    body: float  # end of the head to the end of the body
-    keepalive: float  # idle between two requests on one connection
-    write: float  # each socket operation of a thread, the response included
-    max_head: int
-    max_body: int
-    buffered: int  # request bytes held by the poller across all connections
-
-
-class Conn(gthread.TConn):  # type: ignore[misc]
-    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any, limits: Limits) -> None:
-        super().__init__(cfg, sock, client, server)
-        self.limits = limits
-        self.data_ready = True  # requests arrive whole: the thread never waits for data
-        self.phase = HANDSHAKE
-        self.deadline = time.monotonic() + limits.handshake
-        self.events = 0
-        self.buf = bytearray()
-        self.ready = b""  # the complete request handed to the thread
-        self.head: framing.Head | None = None
-        self.chunked: framing.ChunkedBody | None = None
-        self.scanned = 0
-
-    def init(self) -> None:
-        """In the thread, before each request: blocking with a deadline, the request in the parser."""
-        self.sock.settimeout(self.limits.write)
-        if self.parser is None:  # type: ignore[has-type]
-            self.initialized = True
-            self.parser = http.get_parser(self.cfg, self.sock, self.client)
-        if self.ready:
-            self.parser.unreader.unread(self.ready)
-            self.ready = b""
-
-    def begin(self, phase: str, seconds: float) -> None:
-        self.phase, self.deadline = phase, time.monotonic() + seconds
-        self.head, self.chunked, self.scanned = None, None, 0
-
-
-class Worker(gthread.ThreadWorker):  # type: ignore[misc]
+class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
     limits: Limits
 
     def init_process(self) -> None:
-        self.limits = self.app.limits
+        app = self.app
+        self.limits = app.limits
         cfg = self.cfg
         self.line_limits = framing.LineLimits(cfg.limit_request_line, cfg.limit_request_fields,
                                               cfg.limit_request_field_size)
-        self.reading: dict[Conn, None] = {}  # connections the poller is reading (an ordered set)
+        self.reading: dict[Conn, None] = {}  # connections the poller drives (an ordered set)
         self.paused: deque[Conn] = deque()
         self.buffered = 0
         self._next_sweep = 0.0
         self._stopping_since: float | None = None
+        main, probe = app.pools
+        self.pools = {False: Pool("service", *main), True: Pool("probe", *probe)}
+        probe_listener = getattr(app, "probe_listener", None)
+        self.probe_fd = probe_listener.fileno() if probe_listener is not None else -1
+        self.probe_tpool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
+        self.drops = Drops(self._count_drop)
         super().init_process()
+
+    def _count_drop(self, reason: str) -> None:
+        metrics = self._metrics()
+        if metrics is not None:
+            metrics.connections_dropped.labels(reason).inc()
 
     # -- accepting and handing over ---------------------------------------------------------------------
 
@@ -113,62 +86,106 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
             elif exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
             return
-        self.nr_conns += 1
-        conn = Conn(self.cfg, client, addr, listener.getsockname(), self.limits)
-        try:
-            conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
-                conn.sock, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True)
-        except (OSError, ssl.SSLError) as exc:
-            log.warning("TLS unavailable for a new connection: %s", exc)
-            self._close(conn)
+        probe = listener.fileno() == self.probe_fd
+        pool = self.pools[probe]
+        source = str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
+        keep, victim, reason = pool.admit(source)
+        if victim is not None:
+            assert isinstance(victim, Conn)
+            self.drops.drop(reason, victim.client, f"{pool.name} port")
+            self._close(victim)
+        if not keep:
+            self.drops.drop(reason, addr, f"{pool.name} port, no idle connection to close")
+            util.close(client)
             return
+        self.nr_conns += 1
+        pool.add(source)
+        conn = Conn(self.cfg, client, addr, listener.getsockname(), self.limits, probe)
+        conn.output.wake = partial(self.method_queue.defer, self._advance, conn)
+        if probe:
+            conn.begin(HEAD, self.limits.header)  # plain HTTP
+        else:
+            try:
+                conn.sock = gsock.ssl_context(self.cfg).wrap_socket(
+                    conn.sock, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("TLS unavailable for a new connection: %s", exc)
+                self._close(conn)
+                return
+        self._track(conn)
         self.reading[conn] = None
         self._advance(conn)
 
+    def enqueue_req(self, conn: Conn) -> None:
+        fs = (self.probe_tpool if conn.probe else self.tpool).submit(self.handle, conn)
+        fs.add_done_callback(lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
+
     def finish_request(self, conn: Conn, fs: Any) -> None:
-        """On the poller after a thread served a request: read the next one, or close."""
+        """On the poller after a thread served a request: write its response out."""
         try:
             keep = bool(fs.result()) if not fs.cancelled() else False
         except Exception:
             keep = False
+        if conn.closed:
+            return
         leftover = conn.parser.unreader.take_buffered() if keep and conn.parser is not None else b""
         if leftover and conn.buf:
             keep = False  # the parser read past the request we framed: where the next one starts is unclear
-        if not keep or conn.sock.fileno() < 0:
-            self._close(conn, graceful=True)
-            return
         if leftover:
             conn.buf[:0] = leftover
             self.buffered += len(leftover)
-        try:
-            conn.sock.setblocking(False)
-        except OSError:
+        conn.keep = keep
+        if conn.output.failed:
+            self.drops.drop("write-timeout", conn.client, "the client did not read the response")
             self._close(conn)
             return
-        if conn.buf:
-            conn.begin(HEAD, self.limits.header)
-        else:
-            conn.begin(IDLE, self.limits.keepalive if self.alive else STOP_LINGER)
+        conn.phase, conn.deadline = WRITING, conn.output.start()
         self.reading[conn] = None
         self._advance(conn)
 
+    def _responded(self, conn: Conn) -> None:
+        """The whole response reached the socket: read the next request, or close."""
+        conn.output.reset()
+        if not conn.keep or conn.sock.fileno() < 0:
+            self._close(conn, graceful=True)
+            return
+        if conn.buf:
+            conn.pipelined += 1
+            if conn.pipelined >= self.limits.pipelined:
+                self.drops.drop("pipelined", conn.client, f"{conn.pipelined} requests sent ahead of their answers")
+                self._close(conn, graceful=True)
+                return
+            conn.begin(HEAD, self.limits.header)
+        else:
+            conn.pipelined = 0
+            conn.begin(IDLE, self.limits.keepalive if self.alive else STOP_LINGER)
+        self._track(conn)
+        self._read(conn)
+
     def _dispatch(self, conn: Conn, end: int) -> None:
         conn.ready = bytes(conn.buf[:end])
+        conn.received = conn.ready[:4096]
+        conn.served += 1
         del conn.buf[:end]
         self.buffered -= end
         conn.phase = SERVING
+        self._track(conn)
         self._watch(conn, 0)
         self.reading.pop(conn, None)
         self.enqueue_req(conn)
         self._resume()
 
-    # -- reading ------------------------------------------------------------------------------------------
+    # -- reading and writing ------------------------------------------------------------------------------
 
     def _advance(self, conn: Conn, _fileobj: object = None) -> None:
-        if conn not in self.reading:  # a deferred call for a connection closed or handed over meanwhile
+        if conn.closed:  # a deferred call for a connection closed meanwhile
             return
         try:
-            if conn.phase == CLOSING:
+            if conn.phase in (WRITING, SERVING):
+                self._flush(conn)  # SERVING: a thread waits for room in the output buffer
+            elif conn not in self.reading:
+                return
+            elif conn.phase == CLOSING:
                 self._drain(conn)
             elif conn.phase == HANDSHAKE:
                 self._handshake(conn)
@@ -182,6 +199,23 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
             self._close(conn, graceful=True)
         except (OSError, ValueError):
             self._close(conn)
+
+    def _flush(self, conn: Conn) -> None:
+        out = conn.output
+        while chunk := out.peek(SEND_SIZE):
+            try:
+                sent = conn.sock.send(chunk)
+            except (ssl.SSLWantWriteError, BlockingIOError):
+                self._watch(conn, selectors.EVENT_WRITE)
+                return
+            except ssl.SSLWantReadError:
+                self._watch(conn, selectors.EVENT_READ)
+                return
+            out.consumed(sent)
+        if conn.phase == WRITING:
+            self._responded(conn)
+        else:
+            self._watch(conn, 0)
 
     def _handshake(self, conn: Conn) -> None:
         try:
@@ -226,7 +260,7 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
         else:
             # Decrypted bytes OpenSSL still holds do not make the socket readable: come back for them.
             self._watch(conn, selectors.EVENT_READ)
-            if conn.sock.pending():
+            if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
                 self.method_queue.defer(self._advance, conn)
 
     def _request_end(self, conn: Conn) -> int | None:
@@ -238,13 +272,14 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
                 return None
             conn.head = head
             conn.phase, conn.deadline = BODY, time.monotonic() + limits.body
+            self._track(conn)
             if head.chunked:
-                conn.chunked = framing.ChunkedBody(head.end, limits.max_body)
+                conn.chunked = framing.ChunkedBody(head.end, body_limit(head.path, limits.max_body))
             if head.expect_continue and len(conn.buf) == head.end:
-                _send_quietly(conn.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
+                send_quietly(conn.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
         if conn.chunked is not None:
             return conn.chunked.end(conn.buf)
-        end = framing.content_end(conn.head, limits.max_body)
+        end = framing.content_end(conn.head, body_limit(conn.head.path, limits.max_body))
         return end if len(conn.buf) >= end else None
 
     def _resume(self) -> None:
@@ -252,97 +287,3 @@ class Worker(gthread.ThreadWorker):  # type: ignore[misc]
             conn = self.paused.popleft()
             if conn in self.reading:
                 self.method_queue.defer(self._advance, conn)
-
-    # -- deadlines and closing ----------------------------------------------------------------------------
-
-    def wait_for_and_dispatch_events(self, timeout: float) -> None:
-        # gunicorn wakes up once a second; deadlines are checked every SWEEP_INTERVAL while any are running.
-        super().wait_for_and_dispatch_events(min(timeout, SWEEP_INTERVAL) if self.reading else timeout)
-
-    def murder_pending(self) -> None:
-        super().murder_pending()
-        now = time.monotonic()
-        if now < self._next_sweep:
-            return
-        self._next_sweep = now + SWEEP_INTERVAL
-        if not self.alive and self._stopping_since is None:
-            self._stopping_since = now
-            for conn in self.reading:
-                if conn.phase == IDLE:
-                    conn.deadline = min(conn.deadline, now + STOP_LINGER)
-        for conn in [c for c in self.reading if c.deadline <= now]:
-            if conn.phase in (HEAD, BODY) and conn.buf:
-                what = "request head" if conn.phase == HEAD else "request body"
-                self._refuse(conn, 408, f"{what} not received in time")
-            else:
-                self._close(conn)
-
-    def _refuse(self, conn: Conn, status: int, message: str) -> None:
-        """Best effort: an error answer that fits in the socket buffer, then close (no thread involved)."""
-        _send_quietly(conn.sock, _error_response(status, message))
-        imex = getattr(getattr(self, "wsgi", None), "extensions", {}).get("imex")
-        if imex is not None:  # counted with the app's own replies in imex_webhook_requests_total
-            imex.metrics.count_refused(bytes(conn.buf[:4096]), status)
-        self._close(conn, graceful=True)
-
-    def _close(self, conn: Conn, graceful: bool = False) -> None:
-        self._watch(conn, 0)
-        self.reading.pop(conn, None)
-        self.buffered -= len(conn.buf)
-        conn.buf = bytearray()
-        self._resume()
-        if graceful and conn.phase != CLOSING and conn.sock.fileno() >= 0:
-            # Half-close and let the client's remaining bytes drain in the poller, so its last response is
-            # not cut off by a reset; never a blocking linger on this thread.
-            try:
-                conn.sock.setblocking(False)
-                conn.sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-            else:
-                conn.phase, conn.deadline = CLOSING, time.monotonic() + LINGER
-                self.reading[conn] = None
-                self._watch(conn, selectors.EVENT_READ)
-                return
-        self.nr_conns -= 1
-        util.close(conn.sock)
-
-    def _drain(self, conn: Conn) -> None:
-        for _ in range(READS_PER_TURN):
-            try:
-                data = conn.sock.recv(RECV_SIZE)
-            except (BlockingIOError, ssl.SSLWantReadError):
-                return
-            if not data:
-                break
-        self._close(conn)
-
-    def _watch(self, conn: Conn, events: int) -> None:
-        if events == conn.events:
-            return
-        callback: Callable[..., None] = partial(self._advance, conn)
-        if conn.events == 0:
-            self.poller.register(conn.sock, events, callback)
-        elif events == 0:
-            self.poller.unregister(conn.sock)
-        else:
-            self.poller.modify(conn.sock, events, callback)
-        conn.events = events
-
-
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.send(data)
-    except (OSError, ssl.SSLError):
-        pass
-
-
-def _error_response(status: int, message: str) -> bytes:
-    import orjson
-
-    body = orjson.dumps({"error": message, "status": status})
-    reason = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
-              431: "Request Header Fields Too Large"}.get(status, "Error")
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n")
-    return head.encode() + body
