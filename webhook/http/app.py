@@ -13,14 +13,18 @@ from collections.abc import Callable
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from webhook.domain.limits import body_limit, normalized
 from webhook.http import admission, extender, fast, ops, ui
-from webhook.http.common import Services, error_response, too_large
+from webhook.http.common import Services, error_response, release_memory, too_large
 from webhook.http.metrics import Metrics, verb_of
 from webhook.state.backend import Backend
 from webhook.state.engine import Engine
 
-# A 5,000-node NodeList from kube-scheduler is about 25-40 MiB of JSON; leave room above that.
-DEFAULT_MAX_BODY = 64 * 1024 * 1024
+# The largest body of the shipped profile (nodeCacheCapable: true): an ExtenderArgs naming 20,000 nodes (about
+# 1.3 MB) with a pod as etcd can hold it (1.5 MiB), with room to spare. Decoding costs up to 16x the body
+# (webhook.http.common), so the default keeps a worker's spike near 256 MiB. kube-scheduler's full NodeList
+# mode (nodeCacheCapable: false) sends every Node, 25-40 MiB at 5,000 nodes: such a deployment raises it.
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
 
 def _always_ready() -> tuple[bool, str]:
     return True, "loaded"
@@ -49,11 +53,17 @@ def create_app(engine: Engine, backend: Backend, max_body: int = DEFAULT_MAX_BOD
 
     @app.before_request
     def refuse_declared_oversize() -> Response | None:
-        # Views that read no body (GET /healthz...) would otherwise accept any declared length.
-        length = request.content_length
-        if length is not None and length > max_body:
-            raise too_large(max_body)
+        # Views that read no body (GET /healthz...) would otherwise accept any declared length; each route
+        # has its own limit (webhook.domain.limits), which the server's poller applies first.
+        length, limit = request.content_length, body_limit(normalized(request.path), max_body)
+        if length is not None and length > limit:
+            raise too_large(limit)
+        request.max_content_length = limit
         return None
+
+    @app.teardown_request
+    def give_memory_back(_: BaseException | None) -> None:
+        release_memory(request.content_length)
 
     @app.after_request
     def count(response: Response) -> Response:

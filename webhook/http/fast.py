@@ -25,7 +25,8 @@ from flask import Flask
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from webhook.http.common import Services, answered, decode, error_json
+from webhook.domain.limits import body_limit
+from webhook.http.common import Services, answered, decode, error_json, release_memory
 from webhook.http.metrics import verb_of
 
 Answer = Callable[[Any, Services], bytes]
@@ -50,7 +51,7 @@ def install(app: Flask, answers: Mapping[str, Answer], max_body: int) -> None:
                 or "HTTP_TRANSFER_ENCODING" in environ):
             return flask_app(environ, start_response)
         length = _length(environ.get("CONTENT_LENGTH"))
-        if length is None or length > max_body:
+        if length is None or length > body_limit(environ["PATH_INFO"], max_body):
             return flask_app(environ, start_response)
         data = environ["wsgi.input"].read(length) if length else b""
         if len(data) != length:
@@ -58,7 +59,7 @@ def install(app: Flask, answers: Mapping[str, Answer], max_body: int) -> None:
             return flask_app(environ, start_response)
         verb, answer = route
         try:
-            status, body = answered(verb, svc.metrics, lambda: answer(decode(data), svc))
+            status, body = answered(verb, svc.metrics, lambda: answer(decode(data, max_body), svc))
         except HTTPException as exc:  # no answer raises one; kept as the app's errorhandler would answer it
             status = exc.code or 500
             body = error_json(status, exc.description or exc.name)
@@ -67,6 +68,7 @@ def install(app: Flask, answers: Mapping[str, Answer], max_body: int) -> None:
             svc.metrics.internal_errors.labels(verb_of(environ["PATH_INFO"])).inc()
             status, body = 500, error_json(500, f"internal error ({type(exc).__name__})")
         svc.metrics.count(environ["PATH_INFO"], status)
+        release_memory(length)  # the decoded request is gone by now
         start_response(_status_line(status), [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
 

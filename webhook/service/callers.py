@@ -1,73 +1,155 @@
-"""Who may call us: the extender verbs answer only a client whose certificate the TLS layer verified.
+"""Who may call us: the extender verbs answer only kube-scheduler, the cluster map only operators.
 
-kube-scheduler presents its client certificate (the KubeSchedulerConfiguration's extender ``tlsConfig``
-``certFile``/``keyFile``); the TLS layer requests a certificate from every client and fails the handshake
-for one that does not chain to ``--client-ca`` or lacks the clientAuth usage (:mod:`webhook.service.tls`).
-A client that presented none still gets in, since the kubelet's probes and Prometheus have none, but the
-verbs that reserve domains, attach fabric GPUs and bind pods answer it 403. ``/mutate`` is guarded by the
-network instead (only the API server may reach it), and reads (``/healthz``, ``/readyz``, ``/metrics``,
-``/inspect``) stay open.
+The TLS layer requests a certificate from every client and fails the handshake for one that does not
+chain to ``--client-ca`` (:mod:`webhook.service.tls`); a client without one still gets in, since the
+kubelet's probes and Prometheus have none. Chaining to the CA is not enough, though: the docs advise one CA
+for the scheduler's and kube-apiserver's client certificates, and a certificate without any extended key
+usage is valid for every purpose in OpenSSL's eyes. So each request is checked here against the path:
+
+- ``/filter``, ``/prioritize``, ``/bind``, ``/preempt`` (they reserve domains, attach fabric GPUs and bind
+  pods with the webhook's service account): a certificate that names clientAuth in its extended key usage
+  and whose subject (its CN, or a DNS or URI SAN) is one of ``--client-subject`` (default the scheduler's
+  identity the shipped manifests issue, ``imex-scheduler``);
+- ``/inspect`` and ``/ui`` (every tenant's groups, pods and nodes): the same for ``--inspect-subject``
+  (default ``imex-operator``, issued with ``imex-webhook certs --client imex-operator``), or a connection from
+  loopback, which outside the pod only ``kubectl port-forward`` makes, after the API server checked the
+  caller's RBAC (``pods/portforward`` in the webhook's namespace);
+- ``/mutate`` is guarded by the network (only the API server may reach it), the probes and ``/metrics`` stay
+  open.
+
+Everything refused answers 403 JSON that says what was missing. Without ``--client-ca`` nothing is checked
+(``serve`` warns at start): that is for a laptop, not for a cluster.
 """
 
 from __future__ import annotations
 
-import posixpath
+import ipaddress
 import ssl
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from webhook.domain.limits import normalized
 
 EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/bind", "/preempt"})
+INSPECT_PATHS = frozenset({"/inspect", "/ui"})
 PEER_KEY = "imex_webhook.client"  # the verified client's subject CN, for the views and the logs
+SCHEDULER_SUBJECT = "imex-scheduler"  # the CN certs issues for kube-scheduler (certs.files.SCHEDULER_CLIENT)
+OPERATOR_SUBJECT = "imex-operator"
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def normalized(path: str) -> str:
-    """``//filter/``, ``/./filter`` and ``/filter`` are one path to a router that merges slashes."""
-    return posixpath.normpath("/" + path.lstrip("/")) if path else "/"
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What a verified client certificate says about its holder."""
+
+    common_name: str
+    subjects: frozenset[str]  # the CN and every DNS and URI SAN
+    client_auth: bool  # clientAuth is named in its extended key usage
 
 
-def verified_client(environ: dict[str, Any]) -> str | None:
-    """The common name of the client certificate the handshake verified; ``None`` without one."""
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    extender: frozenset[str] = frozenset({SCHEDULER_SUBJECT})
+    inspect: frozenset[str] = frozenset({OPERATOR_SUBJECT})
+
+
+@lru_cache(maxsize=256)
+def identity_of(der: bytes) -> Identity:
+    """Parsed once per certificate: every request of a kept-alive connection presents the same one."""
+    cert = x509.load_der_x509_certificate(der)
+    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    subjects = set(names)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        subjects.update(san.get_values_for_type(x509.DNSName))
+        subjects.update(san.get_values_for_type(x509.UniformResourceIdentifier))
+    except x509.ExtensionNotFound:
+        pass
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        client_auth = ExtendedKeyUsageOID.CLIENT_AUTH in usages
+    except x509.ExtensionNotFound:
+        client_auth = False  # valid for anything to OpenSSL; not a client certificate to us
+    return Identity(names[0] if names else "", frozenset(subjects), client_auth)
+
+
+def verified_client(environ: dict[str, Any]) -> Identity | None:
+    """The client certificate the handshake verified; ``None`` without one."""
     sock = environ.get("gunicorn.socket")
     if not isinstance(sock, ssl.SSLSocket):
         return None
     try:
-        cert = sock.getpeercert()  # only a verified certificate is returned; {} when none was presented
+        der = sock.getpeercert(binary_form=True)  # only a verified certificate is returned
     except (ValueError, OSError):
         return None
-    if not cert:
+    if not der:
         return None
-    for rdn in cert.get("subject", ()):
-        for attribute in rdn:
-            if attribute[0] == "commonName":
-                return str(attribute[1])
-    return ""
+    try:
+        return identity_of(der)
+    except ValueError:  # OpenSSL verified it, so this would be a certificate cryptography cannot read
+        return Identity("", frozenset(), False)
 
 
-def require_client_certificate(app: WsgiApp, paths: frozenset[str] = EXTENDER_PATHS,
+def from_loopback(environ: dict[str, Any]) -> bool:
+    try:
+        address = ipaddress.ip_address(str(environ.get("REMOTE_ADDR") or ""))
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def refusal(path: str, client: Identity | None, allowed: Allowed, environ: dict[str, Any]) -> str | None:
+    """Why ``client`` may not call ``path``; None when it may."""
+    if path in EXTENDER_PATHS:
+        wanted, flag, what = allowed.extender, "--client-subject", "the extender verbs"
+    elif path in INSPECT_PATHS:
+        if from_loopback(environ):
+            return None
+        wanted, flag, what = allowed.inspect, "--inspect-subject", "/inspect and /ui"
+    else:
+        return None
+    names = ", ".join(sorted(wanted))
+    other = " or a connection through kubectl port-forward" if path in INSPECT_PATHS else ""
+    if client is None:
+        return (f"{what} need a client certificate signed by the client CA (--client-ca) for one of: {names} "
+                f"({flag}){other}; none was presented")
+    if not client.client_auth:
+        return (f"the client certificate CN={client.common_name!r} does not name clientAuth in its extended key "
+                f"usage; {what} need a client certificate")
+    if not client.subjects & wanted:
+        return (f"the client certificate CN={client.common_name!r} is not one that may call {what} "
+                f"({flag}: {names}){other}")
+    return None
+
+
+def require_client_certificate(app: WsgiApp, allowed: Allowed | None = None,
                                refused: Callable[[str, int], None] | None = None) -> WsgiApp:
     """``refused(path, 403)`` is told of every refusal: it never reaches the app, whose replies are counted
     in ``imex_webhook_requests_total`` there."""
+    rules = allowed or Allowed()
 
     def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         client = verified_client(environ)
         if client is not None:
-            environ[PEER_KEY] = client
-        elif normalized(environ.get("PATH_INFO", "")) in paths:
-            body = orjson.dumps({
-                "error": "the extender verbs need a client certificate signed by the scheduler's client CA "
-                         "(--client-ca); none was presented",
-                "status": 403,
-            })
-            start_response("403 Forbidden", [("Content-Type", "application/json"),
-                                              ("Content-Length", str(len(body)))])
-            if refused is not None:
-                refused(normalized(environ.get("PATH_INFO", "")), 403)
-            return [body]
-        return app(environ, start_response)
+            environ[PEER_KEY] = client.common_name
+        path = normalized(environ.get("PATH_INFO", ""))
+        why = refusal(path, client, rules, environ)
+        if why is None:
+            return app(environ, start_response)
+        body = orjson.dumps({"error": why, "status": 403})
+        start_response("403 Forbidden", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        if refused is not None:
+            refused(path, 403)
+        return [body]
 
     return guarded

@@ -54,9 +54,10 @@ from webhook.state.requeue import Requeuer
 
 log = logging.getLogger("imex_webhook.serve")
 
-MAX_CONNECTIONS = 1000  # per worker; slow and idle ones wait in the poller, not in a thread
 MAX_HEAD = 64 * 1024  # request line and headers; kube-scheduler and kube-apiserver send well under 4 KiB
-WRITE_TIMEOUT = 30.0  # each socket operation of a thread serving a request, the response included
+# The probe listener's own pool: the kubelet's probes (one connection each, from the node) and Prometheus.
+PROBE_CONNECTIONS = 64
+PROBE_CONNECTIONS_PER_SOURCE = 32
 
 
 def tls_files(settings: Settings) -> tuple[Path, Path, Path | None]:
@@ -141,7 +142,7 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
                                 credentials=settings.fabric_credentials, ca=settings.fabric_ca,
                                 refresh=settings.fabric_refresh,
                                 timeouts=Timeouts(attach=settings.attach_timeout, orphan_grace=settings.orphan_grace),
-                                node_objects=nodes, embedded=embedded)
+                                node_objects=nodes, embedded=embedded, max_response=settings.fabric_max_response)
     if parts is not None:
         app.extensions["imex"].checks["fabric"] = parts.fabric.ready
     nudger = backend.nudger
@@ -164,8 +165,8 @@ def _freeze_when_ready(backend: Backend) -> None:
     threading.Thread(target=wait, name="gc-freeze", daemon=True).start()
 
 
-def _worker_connections() -> int:
-    """Connections one worker may hold: 1,000 (gunicorn's default), fewer if the descriptor limit is low.
+def _worker_connections(wanted: int) -> int:
+    """Connections one worker may hold on --bind: ``wanted``, fewer if the descriptor limit is low.
 
     Slow and idle clients wait in the poller and cost one descriptor each, so the soft limit is raised to
     the hard one first; a worker at its limit stops accepting instead of failing accept() in a loop.
@@ -178,8 +179,9 @@ def _worker_connections() -> int:
         except (ValueError, OSError):
             pass
     if soft == resource.RLIM_INFINITY:
-        return MAX_CONNECTIONS
-    return max(64, min(MAX_CONNECTIONS, soft - 128))  # the rest for the API server, fabric and log files
+        return wanted
+    # The rest for the probe port, the API server, fabric and log files.
+    return min(wanted, max(64, soft - 128 - PROBE_CONNECTIONS))
 
 
 def _bind_problem(bind: str, exc: OSError) -> str:
@@ -207,10 +209,15 @@ class _Server(BaseApplication):  # type: ignore[misc]
         self.tls = Contexts(self.checked.tls)
         self.limits = Limits(
             handshake=settings.handshake_timeout, header=settings.header_timeout, body=settings.body_timeout,
-            keepalive=KEEPALIVE, write=WRITE_TIMEOUT, max_head=MAX_HEAD, max_body=settings.max_body,
+            keepalive=KEEPALIVE, write=settings.write_timeout, max_head=MAX_HEAD, max_body=settings.max_body,
             buffered=settings.max_buffered or default_max_buffered(settings.max_body))
+        connections = _worker_connections(settings.max_connections)
+        # (cap, per source) of the service port and of the probe port (webhook.service.conn_limits)
+        self.pools = ((connections, min(settings.max_connections_per_source, connections)),
+                      (PROBE_CONNECTIONS, PROBE_CONNECTIONS_PER_SOURCE))
         self.arbiter: Arbiter | None = None
         self.listener: Any = None
+        self.probe_listener: Any = None
         super().__init__()
 
     def load_config(self) -> None:
@@ -221,7 +228,8 @@ class _Server(BaseApplication):  # type: ignore[misc]
             "workers": workers,
             "worker_class": Worker,
             "threads": s.threads,
-            "worker_connections": _worker_connections(),
+            # The worker keeps each listener under its own caps and never stops accepting (conn_limits).
+            "worker_connections": self.pools[0][0] + self.pools[1][0] + 16,
             # The worker wraps each connection itself with the context of webhook.service.tls; the files are
             # named here so that gunicorn knows the server speaks TLS (wsgi.url_scheme https).
             "certfile": str(self.cert),
@@ -244,10 +252,24 @@ class _Server(BaseApplication):  # type: ignore[misc]
                 self.cfg.set(key, value)
 
     def bind(self) -> None:
-        """Listen on --bind now, before anything says "serving"; a refusal is a SettingsError."""
+        """Listen on --bind (and --probe-bind) now, before anything says "serving"; a refusal is a
+        SettingsError."""
         if self.listener is not None:
             return
         (address,) = self.cfg.address
+        self.arbiter = Arbiter(self)
+        self.listener = self._listen(address, "--bind", self.settings.bind)
+        if self.settings.probe_bind:
+            host, _, port = self.settings.probe_bind.rpartition(":")
+            probe_address = (host.strip("[]") or "0.0.0.0", int(port))
+            try:
+                self.probe_listener = self._listen(probe_address, "--probe-bind", self.settings.probe_bind)
+            except SettingsError:
+                self.listener.close()
+                self.listener = None
+                raise
+
+    def _listen(self, address: tuple[str, int], flag: str, given: str) -> Any:
         family = socket.AF_INET6 if gunicorn_util.is_ipv6(address[0]) else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -255,10 +277,10 @@ class _Server(BaseApplication):  # type: ignore[misc]
             sock.bind(address)
         except OSError as exc:
             sock.close()
-            raise SettingsError(_bind_problem(self.settings.bind, exc)) from None
-        self.arbiter = Arbiter(self)
+            raise SettingsError(_bind_problem(given, exc).replace("--bind", flag)) from None
+        assert self.arbiter is not None
         # gunicorn's listener on the bound socket: it listens, and the workers inherit it.
-        self.listener = gunicorn_sock._sock_type(address)(address, self.cfg, self.arbiter.log, fd=sock.detach())
+        return gunicorn_sock._sock_type(address)(address, self.cfg, self.arbiter.log, fd=sock.detach())
 
     @property
     def port(self) -> int:
@@ -268,7 +290,7 @@ class _Server(BaseApplication):  # type: ignore[misc]
     def run(self) -> None:
         self.bind()
         assert self.arbiter is not None
-        self.arbiter.LISTENERS = [self.listener]
+        self.arbiter.LISTENERS = [self.listener] + ([self.probe_listener] if self.probe_listener else [])
         if self.settings.exit_with_parent:
             _exit_with_parent()
         self.arbiter.run()
@@ -282,8 +304,10 @@ class _Server(BaseApplication):  # type: ignore[misc]
             # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.
             raise AppImportError(f"imex-webhook serve: cannot start: {preflight.one_line(str(exc))}") from exc
         if self.settings.client_ca is not None:
+            allowed = callers.Allowed(frozenset(self.settings.client_subjects),
+                                      frozenset(self.settings.inspect_subjects))
             app.wsgi_app = callers.require_client_certificate(  # type: ignore[method-assign,assignment]
-                app.wsgi_app, refused=app.extensions["imex"].metrics.count)
+                app.wsgi_app, allowed, refused=app.extensions["imex"].metrics.count)
         return app
 
 
@@ -311,8 +335,10 @@ def serve(settings: Settings, embedded: EmbeddedParts | None = None) -> int:
     checked = preflight.check(settings, cert, key)
     server = _Server(settings, cert, key, checked, embedded)
     server.bind()
-    log.info("imex-webhook serving https://%s (%s mode); settings: %s", settings.bind,
-             "embedded" if settings.embedded else "kubernetes", settings.redacted())
+    log.info("imex-webhook serving https://%s (%s mode)%s; settings: %s", settings.bind,
+             "embedded" if settings.embedded else "kubernetes",
+             f", probes and metrics on http://{settings.probe_bind}" if settings.probe_bind else "",
+             settings.redacted())
     if settings.client_ca is None:
         log.warning("no --client-ca: /filter, /prioritize, /bind and /preempt answer any caller that reaches "
                     "%s; give the scheduler's client CA in a cluster", settings.bind)

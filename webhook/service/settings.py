@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import Any
 
 from webhook.adapters.embedded import DEFAULT_POD_TTL
 from webhook.adapters.kube.watch_settings import WatchSettings
+from webhook.adapters.redfish.limits import DEFAULT_MAX_RESPONSE
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.limits import redact_url
 from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT, Policy
 from webhook.errors import SettingsError
 from webhook.http.app import DEFAULT_MAX_BODY
+from webhook.service.callers import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
 
 __all__ = ["Settings", "SettingsError", "add_arguments", "from_args"]
 
@@ -30,11 +33,28 @@ WORKER_TIMEOUT = 120
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_WRITE_TIMEOUT = 30.0
+# Past either cap a new connection closes the oldest idle one (docs/HARDENING.md, "Connection limits").
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_CONNECTIONS_PER_SOURCE = 256
 KEEPALIVE = 75.0  # kube-scheduler and kube-apiserver keep connections open between calls
 # Request bytes held for requests still arriving, all connections together (None: the default below).
 MIN_MAX_BUFFERED = 256 * 1024 * 1024
 LOG_FORMATS = ("plain", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# Upper bounds of the numeric flags: far above any sensible value, below those that break (a wait of 1e10 s
+# overflows the clock; a 10**30-byte body limit is no limit).
+MAX_THREADS = 1024
+MAX_BODY_LIMIT = 1024 ** 3
+MAX_SECONDS = 86400.0
+# Kubernetes names (k8s.io/apimachinery validation): a DNS-1123 subdomain (scheduler profiles, DeviceClasses,
+# label key prefixes) and the name part of a qualified name (label keys).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+SUBDOMAIN_RULE = ("a DNS-1123 subdomain: at most 253 lower-case letters, digits, '-' and '.', beginning and ending "
+                  "with a letter or digit")
+LABEL_KEY_RULE = ("a Kubernetes label key: [PREFIX/]NAME, NAME at most 63 letters, digits, '-', '_' and '.', "
+                  "beginning and ending with a letter or digit, PREFIX a DNS-1123 subdomain")
 
 
 def default_max_buffered(max_body: int) -> int:
@@ -55,6 +75,10 @@ class Settings:
     tls_key: Path | None = None
     tls_dir: Path | None = None
     client_ca: Path | None = None
+    # Subjects (CN or a DNS/URI SAN) of the client certificates that may call the extender verbs and read the
+    # cluster map (webhook.service.callers).
+    client_subjects: tuple[str, ...] = (SCHEDULER_SUBJECT,)
+    inspect_subjects: tuple[str, ...] = (OPERATOR_SUBJECT,)
     service_name: str = "imex-webhook"
     namespace: str = "imex-system"
     kubeconfig: Path | None = None
@@ -64,6 +88,7 @@ class Settings:
     fabric_credentials: Path | None = None
     fabric_ca: Path | None = None
     fabric_refresh: float = 5.0
+    fabric_max_response: int = DEFAULT_MAX_RESPONSE
     # The reconciler's own defaults (webhook/domain/fabric_plan.py), not a copy of their numbers.
     attach_timeout: float = Timeouts().attach
     orphan_grace: float = Timeouts().orphan_grace
@@ -73,6 +98,11 @@ class Settings:
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     exit_with_parent: bool = False
     max_buffered: int | None = None
+    # Connections (webhook.service.conn_limits) and the probe listener (plain HTTP; "" for none).
+    probe_bind: str = ""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_source: int = DEFAULT_MAX_CONNECTIONS_PER_SOURCE
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
     bind_budget: float = DEFAULT_BIND_BUDGET
     housekeeping_interval: float = 30.0
     pod_ttl: float = DEFAULT_POD_TTL
@@ -117,6 +147,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--max-buffered", type=int, default=d.max_buffered, metavar="BYTES",
                      help="request bytes held for requests still arriving, all connections together; beyond it "
                           "their bodies wait (default: 4 x --max-body, at least 256 MiB)")
+    net.add_argument("--probe-bind", default=d.probe_bind, metavar="HOST:PORT",
+                     help="also serve /healthz, /readyz and /metrics, and nothing else, over plain HTTP here, with "
+                          "their own connections and threads (default: none)")
+    net.add_argument("--max-connections", type=int, default=d.max_connections, metavar="N",
+                     help="connections held on --bind; past it a new one closes the oldest idle one "
+                          "(default %(default)s, fewer if the descriptor limit is low)")
+    net.add_argument("--max-connections-per-source", type=int, default=d.max_connections_per_source, metavar="N",
+                     help="connections held on --bind from one address; past it a new one closes that address's "
+                          "oldest idle one (default %(default)s)")
+    net.add_argument("--write-timeout", type=float, default=d.write_timeout, metavar="S",
+                     help="seconds a client has to read a whole response (default %(default)s)")
     net.add_argument("--access-log", action="store_true", help="log every HTTP request")
     net.add_argument("--exit-with-parent", action="store_true",
                      help="stop when the process that started serve exits (for tools that run it as a child)")
@@ -129,6 +170,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--client-ca", type=Path, metavar="FILE",
                      help="CA of the clients that may call /filter, /prioritize, /bind and /preempt (the "
                           "scheduler's client certificate); without it those verbs answer any caller")
+    tls.add_argument("--client-subject", action="append", metavar="NAME",
+                     help="subject (CN, DNS or URI SAN) of a client certificate that may call the extender verbs; "
+                          f"repeatable (default {', '.join(d.client_subjects)}, the scheduler's)")
+    tls.add_argument("--inspect-subject", action="append", metavar="NAME",
+                     help="subject of a client certificate that may read /inspect and /ui (loopback, as kubectl "
+                          f"port-forward arrives, may too); repeatable (default {', '.join(d.inspect_subjects)})")
     tls.add_argument("--service-name", default=d.service_name, help="Service name for the certificate SANs")
     tls.add_argument("--namespace", default=d.namespace, help="namespace for the certificate SANs")
     src = parser.add_argument_group("cluster state")
@@ -143,6 +190,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--fabric-ca", type=Path, metavar="FILE", help="CA that signed the Redfish service's certificate")
     src.add_argument("--fabric-refresh", type=float, default=d.fabric_refresh,
                      help="seconds between fabric inventory refreshes and reconcile rounds (default %(default)s)")
+    src.add_argument("--fabric-max-response", type=int, default=d.fabric_max_response, metavar="BYTES",
+                     help="largest Redfish reply body read; a larger one is refused and its connection closed "
+                          "(default %(default)s)")
     src.add_argument("--attach-timeout", type=float, default=d.attach_timeout,
                      help="seconds from attach start to Ready before an attach is rolled back (default %(default)s)")
     src.add_argument("--orphan-grace", type=float, default=d.orphan_grace,
@@ -184,6 +234,64 @@ def _one_worker(ns: argparse.Namespace) -> str:
             "its own copy of it, bindings and reservations; use --threads for concurrency")
 
 
+def _subjects(flag: str, given: list[str] | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A certificate subject is a CN or a DNS/URI SAN: printable, no spaces, at most 253 characters."""
+    if not given:
+        return default
+    for name in given:
+        if not name or len(name) > 253 or not name.isprintable() or any(c.isspace() for c in name):
+            raise SettingsError(f"{flag} {name!r}: expected a certificate subject (a CN or a DNS/URI SAN: "
+                                "1-253 printable characters, no spaces)")
+    return tuple(dict.fromkeys(given))
+
+
+def is_dns_subdomain(name: str) -> bool:
+    return len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) is not None
+
+
+def is_label_key(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    return (len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+            and (not slash or is_dns_subdomain(prefix)))
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 80 else value[:80] + "...")
+
+
+def _count(number: int) -> str:
+    digits = str(number)
+    return digits if len(digits) <= 20 else digits[:20] + "..."
+
+
+def _names(ns: argparse.Namespace) -> None:
+    for key in ns.domain_label:
+        if not is_label_key(key):
+            raise SettingsError(f"--domain-label {_shown(key)}: expected {LABEL_KEY_RULE}")
+    for name in ns.channel_device_class:
+        if not is_dns_subdomain(name):
+            raise SettingsError(f"--channel-device-class {_shown(name)}: expected {SUBDOMAIN_RULE}")
+    if not is_dns_subdomain(ns.scheduler_name):
+        raise SettingsError(f"--scheduler-name {_shown(ns.scheduler_name)}: expected {SUBDOMAIN_RULE}, as "
+                            "kube-scheduler requires of a profile's schedulerName")
+
+
+def _seconds(ns: argparse.Namespace) -> None:
+    """The fabric and watch times: each flag in its range, named alone."""
+    for flag, seconds, low, high in (("--fabric-refresh", ns.fabric_refresh, "(", 3600.0),
+                                     ("--attach-timeout", ns.attach_timeout, "(", MAX_SECONDS),
+                                     ("--orphan-grace", ns.orphan_grace, "[", MAX_SECONDS),
+                                     ("--watch-stall-timeout", ns.watch_stall_timeout, "(", MAX_SECONDS)):
+        if not (0 < seconds if low == "(" else 0 <= seconds) or not seconds <= high:
+            raise SettingsError(f"{flag} {seconds:g}: expected seconds in {low}0, {high:g}]")
+    if not 0 < ns.bind_budget < WORKER_TIMEOUT:
+        raise SettingsError(f"--bind-budget {ns.bind_budget:g}: expected seconds in (0, {WORKER_TIMEOUT}), under "
+                            "the worker timeout (and the extender's httpTimeout)")
+    if not ns.reservation_ttl <= MAX_SECONDS:  # below MIN_TTL: Policy.ttl_problems says why
+        raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: expected seconds in [{MIN_TTL:g}, "
+                            f"{MAX_SECONDS:g}]")
+
+
 def from_args(ns: argparse.Namespace) -> Settings:
     if (ns.tls_cert is None) != (ns.tls_key is None):
         raise SettingsError("--tls-cert and --tls-key go together")
@@ -195,6 +303,9 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError("--cluster files are for the embedded mode; drop them or drop --kubeconfig/--in-cluster")
     if ns.workers < 1 or ns.threads < 1:
         raise SettingsError("--workers and --threads must be at least 1")
+    if ns.threads > MAX_THREADS:
+        raise SettingsError(f"--threads {_count(ns.threads)}: at most {MAX_THREADS} (each is an operating-system "
+                            "thread)")
     if ns.workers > 1:
         raise SettingsError(_one_worker(ns))
     _, sep, port = ns.bind.rpartition(":")
@@ -203,15 +314,24 @@ def from_args(ns: argparse.Namespace) -> Settings:
     if len(port.lstrip("0")) > 5 or not 1 <= int(port) <= 65535:
         shown = port if len(port) <= 12 else port[:12] + "..."
         raise SettingsError(f"--bind {ns.bind[:60]!r}: port {shown} is out of range (1-65535)")
-    if ns.max_body < 1:
-        raise SettingsError(f"--max-body {ns.max_body}: expected a positive number of bytes")
+    if not 1 <= ns.max_body <= MAX_BODY_LIMIT:
+        raise SettingsError(f"--max-body {_count(ns.max_body)}: expected bytes in [1, 1 GiB]")
     if ns.max_buffered is not None and ns.max_buffered < ns.max_body:
         raise SettingsError(f"--max-buffered {ns.max_buffered}: must hold at least one body (--max-body "
                             f"{ns.max_body})")
     for flag, seconds in (("--handshake-timeout", ns.handshake_timeout), ("--header-timeout", ns.header_timeout),
-                          ("--body-timeout", ns.body_timeout)):
+                          ("--body-timeout", ns.body_timeout), ("--write-timeout", ns.write_timeout)):
         if not 0 < seconds <= 3600:
             raise SettingsError(f"{flag} {seconds:g}: expected seconds in (0, 3600]")
+    if ns.max_connections < 1 or not 1 <= ns.max_connections_per_source <= ns.max_connections:
+        raise SettingsError(f"--max-connections {ns.max_connections}, --max-connections-per-source "
+                            f"{ns.max_connections_per_source}: expected 1 <= per source <= total")
+    if ns.probe_bind:
+        _, sep, port = ns.probe_bind.rpartition(":")
+        if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
+            raise SettingsError(f"--probe-bind {ns.probe_bind[:60]!r}: expected HOST:PORT")
+        if ns.probe_bind == ns.bind:
+            raise SettingsError(f"--probe-bind {ns.probe_bind}: must differ from --bind")
     for path in ns.cluster:
         if not path.is_file():
             raise SettingsError(f"--cluster {path}: no such file")
@@ -223,10 +343,10 @@ def from_args(ns: argparse.Namespace) -> Settings:
         raise SettingsError(f"--housekeeping-interval {ns.housekeeping_interval:g}: expected seconds in (0, 3600]")
     if not 0 < ns.pod_ttl <= 86400:
         raise SettingsError(f"--pod-ttl {ns.pod_ttl:g}: expected seconds in (0, 86400]")
-    if not ns.watch_stall_timeout > 0:
-        raise SettingsError(f"--watch-stall-timeout {ns.watch_stall_timeout:g}: expected a positive number of seconds")
-    if ns.fabric_refresh <= 0 or ns.attach_timeout <= 0 or ns.orphan_grace < 0:
-        raise SettingsError("--fabric-refresh and --attach-timeout must be positive, --orphan-grace not negative")
+    _seconds(ns)
+    if not 64 * 1024 <= ns.fabric_max_response <= 1024 ** 3:
+        raise SettingsError(f"--fabric-max-response {ns.fabric_max_response}: expected bytes in [65536, 1 GiB]")
+    _names(ns)
     defaults = Policy()
     policy = Policy(
         domain_labels=tuple(ns.domain_label) or defaults.domain_labels,
@@ -240,11 +360,16 @@ def from_args(ns: argparse.Namespace) -> Settings:
     return Settings(
         bind=ns.bind, workers=ns.workers, threads=ns.threads, tls_cert=ns.tls_cert, tls_key=ns.tls_key,
         tls_dir=tls_dir, client_ca=ns.client_ca, service_name=ns.service_name, namespace=ns.namespace,
+        client_subjects=_subjects("--client-subject", ns.client_subject, Settings.client_subjects),
+        inspect_subjects=_subjects("--inspect-subject", ns.inspect_subject, Settings.inspect_subjects),
         kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, cluster_files=tuple(ns.cluster), fabric=ns.fabric,
         fabric_credentials=ns.fabric_credentials, fabric_ca=ns.fabric_ca, fabric_refresh=ns.fabric_refresh,
+        fabric_max_response=ns.fabric_max_response,
         attach_timeout=ns.attach_timeout, orphan_grace=ns.orphan_grace,
         max_body=ns.max_body, handshake_timeout=ns.handshake_timeout, header_timeout=ns.header_timeout,
         body_timeout=ns.body_timeout, exit_with_parent=ns.exit_with_parent, max_buffered=ns.max_buffered,
+        probe_bind=ns.probe_bind, max_connections=ns.max_connections,
+        max_connections_per_source=ns.max_connections_per_source, write_timeout=ns.write_timeout,
         bind_budget=ns.bind_budget, log_format=ns.log_format, log_level=ns.log_level,
         access_log=ns.access_log, policy=policy, housekeeping_interval=ns.housekeeping_interval,
         pod_ttl=ns.pod_ttl,

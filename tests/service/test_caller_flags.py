@@ -1,0 +1,41 @@
+"""``serve --client-subject`` and ``--inspect-subject``: who may call the extender verbs and read the map
+(webhook.service.callers). Defaults, repetition, and one line naming the flag for a subject no certificate
+can carry."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook import cli, errors
+from webhook.service import settings
+from webhook.service.callers import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
+
+
+def _from(argv: list[str]) -> settings.Settings:
+    return settings.from_args(cli.parser().parse_args(["serve", *argv]))
+
+
+def test_by_default_the_scheduler_calls_the_verbs_and_operators_read_the_map() -> None:
+    got = _from([])
+    assert got.client_subjects == (SCHEDULER_SUBJECT,) == ("imex-scheduler",)
+    assert got.inspect_subjects == (OPERATOR_SUBJECT,) == ("imex-operator",)
+
+
+def test_each_flag_repeats_and_a_repeated_subject_counts_once() -> None:
+    got = _from(["--client-subject", "a", "--client-subject", "spiffe://cluster.local/ns/x/sa/y",
+                 "--client-subject", "a", "--inspect-subject", "alice"])
+    assert got.client_subjects == ("a", "spiffe://cluster.local/ns/x/sa/y")
+    assert got.inspect_subjects == ("alice",)
+
+
+@pytest.mark.parametrize("flag", ["--client-subject", "--inspect-subject"])
+@pytest.mark.parametrize("value", ["", "two words", "tab\there", "x" * 254, "nul\x00", "line\nbreak"])
+def test_a_subject_no_certificate_can_carry_is_refused_in_one_line_naming_the_flag(flag: str, value: str) -> None:
+    with pytest.raises(errors.SettingsError) as refused:
+        _from([flag, value])
+    message = str(refused.value)
+    assert message.startswith(f"{flag} ") and "\n" not in message and "expected a certificate subject" in message
+
+
+def test_the_longest_subject_a_san_may_be_is_accepted() -> None:
+    assert _from(["--client-subject", "x" * 253]).client_subjects == ("x" * 253,)
