@@ -285,6 +285,24 @@ def junk() -> st.SearchStrategy[Request]:
     return request(st.just("POST"), st.sampled_from(POSTS), bodies, content_types)
 
 
+COSTLY = [b"[],", b"{},", b"[0],", b"[[]],", b'"ab",', b'"a",', b"1.5,", b'{"a":1},', b'{"ab":"cd"},',
+          b'"\xf0\x9f\x98\x80",']
+
+
+def costly() -> st.SearchStrategy[Request]:
+    """Bodies that cost the most Python objects per byte (webhook.http.common.decoded_size), from 1 KiB to a
+    few hundred KiB, bare or inside the field an ExtenderArgs or AdmissionReview would have there."""
+    def build(shapes: list[bytes], size: int, wrapper: tuple[bytes, bytes]) -> bytes:
+        unit = b"".join(shapes)
+        return wrapper[0] + unit * max(1, size // len(unit)) + b"0" + wrapper[1]
+
+    wrappers = st.sampled_from([(b"[", b"]"), (b'{"Pod": {}, "NodeNames": [', b"]}"),
+                                (b'{"apiVersion": "admission.k8s.io/v1", "request": {"object": {"x": [', b"]}}}")])
+    bodies = st.builds(build, st.lists(st.sampled_from(COSTLY), min_size=1, max_size=3),
+                       st.integers(1024, 400_000), wrappers)
+    return request(st.just("POST"), st.sampled_from(POSTS), bodies)
+
+
 def other_routes() -> st.SearchStrategy[Request]:
     """Every route with the wrong method, the GET routes with junk, paths nobody serves."""
     paths = st.one_of(st.sampled_from(POSTS + GETS),

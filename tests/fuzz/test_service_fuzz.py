@@ -1,7 +1,8 @@
 """The extender and webhook service under structure-aware fuzzing, through the Flask app in-process: every
 route (/filter /prioritize /bind /preempt /mutate /healthz /readyz /metrics /inspect), valid shapes with
-hostile leaves in nodeNames and NodeList mode, full victims and meta victims, AdmissionReviews, raw junk
-and wrong methods. No reply is a 500 or anything but JSON, each is counted by status, and none is an
+hostile leaves in nodeNames and NodeList mode, full victims and meta victims, AdmissionReviews, raw junk,
+bodies built to cost the most Python objects per byte (to an app with a small --max-body, so that decoding's
+budget refuses most of them) and wrong methods. No reply is a 500 or anything but JSON, each is counted by status, and none is an
 internal error. The bulk of the examples run here; tests/fuzz/test_service_fuzz_tls.py sends a sample
 through the real TLS server."""
 
@@ -31,16 +32,20 @@ from webhook.state.engine import Engine
 SCALE = float(os.environ.get("IMEX_FUZZ_SCALE", "1"))
 EXAMPLES = {name: int(n * SCALE) for name, n in
             {"extender_args": 600, "admission": 450, "preemption": 300, "binding": 150, "junk": 350,
-             "routes": 200}.items()}
+             "routes": 200, "costly": 100}.items()}
+# The costly bodies go to an app with a small --max-body, so that most of them exceed what decoding may
+# cost (16 x 64 KiB) and the refusal path is searched as hard as the decoding one.
+COSTLY_MAX_BODY = 64 * 1024
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 
-def _app() -> Flask:
+def _app(max_body: int | None = None) -> Flask:
     policy = Policy()
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    return create_app(Engine(store, backend.reservations, backend.binder, policy), backend)
+    engine = Engine(store, backend.reservations, backend.binder, policy)
+    return create_app(engine, backend, max_body) if max_body else create_app(engine, backend)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +54,13 @@ def client() -> Iterator[FlaskClient]:
     # input of later ones, as in a long-running service.
     app = _app()
     app.logger.disabled = True  # a failing example shows its own traceback; the rest would be noise
+    yield app.test_client()
+
+
+@pytest.fixture(scope="module")
+def small_client() -> Iterator[FlaskClient]:
+    app = _app(COSTLY_MAX_BODY)
+    app.logger.disabled = True
     yield app.test_client()
 
 
@@ -79,6 +91,13 @@ test_hostile_preemption_args_never_get_a_500 = _fuzz("preemption", strategies.pr
 test_hostile_binding_args_never_get_a_500 = _fuzz("binding", strategies.binding_args())
 test_raw_junk_bodies_never_get_a_500 = _fuzz("junk", strategies.junk())
 test_every_route_and_method_answers_json = _fuzz("routes", strategies.other_routes())
+
+
+@settings(max_examples=EXAMPLES["costly"], deadline=None, database=None, suppress_health_check=SLOW_OK)
+@given(request=strategies.costly())
+def test_bodies_built_to_cost_the_most_per_byte_never_get_a_500(small_client: FlaskClient,
+                                                                request: strategies.Request) -> None:
+    _send(small_client, request, "costly")
 
 
 def test_the_fuzz_run_reached_its_floor_of_examples() -> None:
