@@ -48,3 +48,27 @@ def test_refused_values_get_one_line_naming_the_flag(argv: list[str], message: s
     with pytest.raises(errors.SettingsError) as refused:
         _from(argv)
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_every_reason_a_connection_is_dropped_for_has_its_series_from_the_start() -> None:
+    """The metric's series are made at start for CONNECTION_DROP_REASONS: a reason missing there would be a
+    series that appears with its first drop, which a rate() over it misses."""
+    import ast
+    import inspect
+
+    from webhook.http.metrics import CONNECTION_DROP_REASONS
+    from webhook.service import closing, conn_limits, worker
+
+    used = set(closing._TIMEOUTS.values())
+    for module in (conn_limits, worker):
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "drop" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant):
+                    used.add(first.value)
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 3:
+                reason = node.value.elts[2]
+                if isinstance(reason, ast.Constant) and reason.value:
+                    used.add(reason.value)
+    assert used and used <= set(CONNECTION_DROP_REASONS), used - set(CONNECTION_DROP_REASONS)
+    assert {"pipelined", "write-timeout", "evicted-idle", "refused-full"} <= used

@@ -10,7 +10,7 @@ never leaves a new client waiting in the kernel's listen queue.
 
 Every connection the server drops (a missed deadline, an eviction, a refusal) is one log line, at most
 :data:`LOG_BURST` lines at once and :data:`LOG_RATE` a second after that, and one increment of
-``imex_webhook_connections_dropped_total{reason}``.
+``imex_webhook_connections_dropped_total{reason}`` (its reasons: ``webhook.http.metrics.CONNECTION_DROP_REASONS``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ log = logging.getLogger("imex_webhook.connections")
 FRESH, SERVED = 0, 1  # idle tiers of a Pool
 LOG_BURST = 20
 LOG_RATE = 2.0  # lines a second once the burst is spent
-REASONS = ("handshake-timeout", "header-timeout", "body-timeout", "write-timeout", "pipelined",
-           "evicted-idle", "evicted-idle-source", "refused-full", "refused-source-full")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 from werkzeug.serving import LISTEN_QUEUE, BaseWSGIServer, WSGIRequestHandler, make_server
 
 from certs import files as cert_files
-from webhook.agent.server import listening_socket
+from webhook.agent.http_server import listening_socket
 from webhook.sim.fabric import inventory as inv
 from webhook.sim.fabric.app import create_app
 from webhook.sim.fabric.compose import Simulator
