@@ -56,6 +56,20 @@ def not_finite(ns: argparse.Namespace) -> str | None:
     return None
 
 
+Bounds = dict[str, tuple[float, float]]  # flag -> (least, most), both included
+
+
+def out_of_range(ns: argparse.Namespace, bounds: Bounds) -> str | None:
+    """The first flag of ``bounds`` whose value lies outside them, as one line naming it; None when all fit.
+    A number past what the verb can use (10**30 jobs, a negative timeout) is refused before it runs."""
+    for flag, (least, most) in bounds.items():
+        value = getattr(ns, flag.lstrip("-").replace("-", "_"), None)
+        if isinstance(value, int | float) and not least <= value <= most:
+            kind = "a whole number" if isinstance(value, int) else "a number"
+            return f"{flag} {value:g}: expected {kind} in [{least:g}, {most:g}]"
+    return None
+
+
 def main(top: argparse.ArgumentParser, argv: Sequence[str]) -> int:
     """Parse ``argv`` and run the verb it names; the exit status, also for --help (0) and usage errors (2)."""
     try:

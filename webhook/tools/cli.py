@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook import command
-from webhook.command import Command
+from webhook.command import Bounds, Command, out_of_range
 from webhook.tools import explain, soak, workload
 
 
@@ -24,6 +24,15 @@ def _sizes(text: str) -> tuple[int, ...]:
     if not sizes or any(s < 18 for s in sizes):
         raise argparse.ArgumentTypeError("node counts must be at least 18 (one clique)")
     return sizes
+
+
+# What each tool can use; beyond it a run would never end or overflow (one line naming the flag, exit 2).
+BENCH_BOUNDS: Bounds = {"--concurrency": (1, 1024), "--duration": (0.01, 3600), "--repeats": (1, 100),
+                        "--procs": (1, 64), "--threads": (1, 1024), "--micro-budget": (0.001, 600)}
+SIMULATE_BOUNDS: Bounds = {"--cliques": (1, 20_000), "--jobs": (1, 10_000_000), "--load": (0.001, 100),
+                           "--fabric-zones": (0, 10_000), "--fabric-pool": (0, 1_000_000),
+                           "--stuck-timeout": (1, 365 * 86400)}
+SOAK_BOUNDS: Bounds = {"--minutes": (0.01, 24 * 60), "--interval": (0.1, 3600), "--rss-growth-mib": (0.1, 1 << 20)}
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,9 +61,9 @@ def run_bench(ns: argparse.Namespace) -> int:
         if value is not None:
             setattr(cfg, key, value)
     cfg.procs, cfg.threads, cfg.log_level = ns.procs, ns.threads, ns.log_level
-    if cfg.concurrency < 1 or cfg.repeats < 1 or cfg.duration <= 0 or cfg.procs < 1:
-        print("imex-webhook bench: --concurrency, --repeats, --procs must be >= 1 and --duration > 0",
-              file=sys.stderr)
+    problem = out_of_range(ns, BENCH_BOUNDS)
+    if problem:
+        print(f"imex-webhook bench: {problem}", file=sys.stderr)
         return 2
     try:
         bench.run(cfg)
@@ -91,11 +100,8 @@ def run_simulate(ns: argparse.Namespace) -> int:
         print(f"imex-webhook simulate: unknown policy {unknown}; choose from {', '.join(workload.POLICIES)}",
               file=sys.stderr)
         return 2
-    if ns.cliques < 1 or ns.jobs < 1 or ns.load <= 0 or ns.fabric_zones < 0 or ns.fabric_pool < 0:
-        print("imex-webhook simulate: --cliques and --jobs must be >= 1, --load > 0, fabric sizes >= 0",
-              file=sys.stderr)
-        return 2
-    problem = _plots_problem() if not ns.no_plots else None
+    problem = out_of_range(ns, SIMULATE_BOUNDS)
+    problem = problem or (_plots_problem() if not ns.no_plots else None)
     problem = problem or _out_problem(ns.out)
     if problem:
         print(f"imex-webhook simulate: {problem}", file=sys.stderr)
@@ -145,9 +151,9 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_soak(ns: argparse.Namespace) -> int:
-    if ns.minutes <= 0 or ns.interval <= 0 or ns.minutes > 24 * 60 or ns.rss_growth_mib <= 0:
-        print("imex-webhook soak: --minutes must be in (0, 1440], --interval and --rss-growth-mib > 0",
-              file=sys.stderr)
+    problem = out_of_range(ns, SOAK_BOUNDS)
+    if problem:
+        print(f"imex-webhook soak: {problem}", file=sys.stderr)
         return 2
     cfg = soak.Config(minutes=ns.minutes, interval=ns.interval, seed=ns.seed, out=ns.out,
                       rss_growth_mib=ns.rss_growth_mib)
