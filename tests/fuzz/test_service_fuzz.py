@@ -2,9 +2,9 @@
 route (/filter /prioritize /bind /preempt /mutate /healthz /readyz /metrics /inspect), valid shapes with
 hostile leaves in nodeNames and NodeList mode, full victims and meta victims, AdmissionReviews, raw junk,
 bodies built to cost the most Python objects per byte (to an app with a small --max-body, so that decoding's
-budget refuses most of them) and wrong methods. No reply is a 500 or anything but JSON, each is counted by status, and none is an
-internal error. The bulk of the examples run here; tests/fuzz/test_service_fuzz_tls.py sends a sample
-through the real TLS server."""
+budget refuses most of them) and wrong methods. No reply is a 500 or anything but JSON, each is counted by
+status, and none is an internal error. The bulk of the examples run here; tests/fuzz/test_service_fuzz_tls.py
+sends a sample through the real TLS server."""
 
 from __future__ import annotations
 
