@@ -44,7 +44,7 @@ class FakeFabric:
         return [b for b in self.free.get(zone, []) if b.id not in composed]
 
     def system_for(self, node: str, annotation: str | None, deadline: float | None = None) -> str:
-        return f"/redfish/v1/Systems/{node}"
+        return annotation or f"/redfish/v1/Systems/{node}"
 
     def attach(self, system: str, block_ids: list[str], deadline: float) -> list[Block]:
         self.calls.append(("attach", system, tuple(block_ids)))

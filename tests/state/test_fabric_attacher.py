@@ -63,6 +63,18 @@ def test_an_attach_composes_the_blocks_once_and_returns_when_the_node_agent_repo
     assert r.observed.attaches == ["ready"]
 
 
+def test_a_node_annotated_with_its_redfish_system_gets_the_gpus_composed_to_that_system() -> None:
+    obj = builders.node("a-00", 4, "dom-a", zone=ZONE, slots=4)
+    obj["metadata"]["annotations"]["imex-webhook.io/redfish-system"] = "/redfish/v1/Systems/tray-17"
+    node = parsing.node(obj, Policy().domain_labels)
+    assert node.redfish_system == "/redfish/v1/Systems/tray-17"
+    r = rig()
+    r.attacher().attach(POD, node, 2, r.clock() + 10.0)
+    att = r.attachment()
+    assert att.system == "/redfish/v1/Systems/tray-17"
+    assert r.fabric.calls == [("attach", "/redfish/v1/Systems/tray-17", tuple(b.id for b in att.blocks))]
+
+
 def test_the_attachment_is_mirrored_into_the_cluster_store_the_decisions_read() -> None:
     cluster = ClusterStore(Policy())
     store = MemoryAttachmentStore(cluster)

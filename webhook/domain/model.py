@@ -26,6 +26,7 @@ class Node:
     compute_domain: str | None  # UID in the DRA driver's node label, if a ComputeDomain holds the node
     unschedulable: bool = False
     dra_gpus: int = 0  # of gpus, those published as DRA devices (ResourceSlices), not by the device plugin
+    redfish_system: str | None = None  # imex-webhook.io/redfish-system: the ComputerSystem fabric GPUs attach to
 
 
 @dataclass(frozen=True, slots=True)
