@@ -1,10 +1,12 @@
 """Seeded chaos of the Redfish composition service mid-attach (issue 12): ``imex-webhook serve`` (embedded
 demo cluster, as in ``tests/fabric/test_attach_before_bind.py``) attaches fabric GPUs from the simulator
 while the simulator fails: a seeded random half of the blocks fail their composition (a pod needing two
-blocks gets one composed and one failed: the attach fails midway), and a seeded fraction of POST/PATCH/
-DELETE requests answer errors. Pods are scheduled (filter, bind) a few rounds, retried as the scheduler
-does; then the faults are cleared and, within ``SETTLE_S``, no block may stay composed without a live
-attachment that owns it (the leak count is 0), and no attachment may own a block composed elsewhere.
+blocks gets one composed and one failed: the attach fails midway), a seeded fraction of POST/PATCH/
+DELETE requests answer errors, and every request is slowed by a seeded latency (0.05-0.3 s: some attaches
+then run into the bind's 3 s budget and the client's deadlines mid-attach, others finish). Pods are
+scheduled (filter, bind) a few rounds, retried as the scheduler does; then the faults are cleared and,
+within ``SETTLE_S``, no block may stay composed without a live attachment that owns it (the leak count is
+0), and no attachment may own a block composed elsewhere.
 Not covered here: the extender killed mid-attach, Kubernetes mode (``--kubeconfig``) with the fabric.
 """
 
@@ -46,10 +48,12 @@ def test_the_fabric_failing_mid_attach_leaks_no_block(seed: int, served: serving
     counts: Counter[str] = Counter()
     blocks = sorted(admin(sim, "/admin/state")["blocks"])
     failing = rng.sample(blocks, len(blocks) // 2)
+    latency = round(rng.uniform(0.05, 0.3), 2)
     admin(sim, "/admin/faults", {"fail_compose": failing, "error_rate": rng.uniform(0.2, 0.4), "seed": seed,
-                                 "error_methods": ["POST", "PATCH", "DELETE"]})
+                                 "error_methods": ["POST", "PATCH", "DELETE"], "latency_s": latency})
     counts["fault:fail-compose-blocks"] += len(failing)
     counts["fault:error-rate"] += 1
+    counts["fault:latency-ms"] += int(latency * 1000)
     pods = [f"chaos-{seed}-{i}" for i in range(3)]
     bound: set[str] = set()
     for _round in range(3):
@@ -72,7 +76,7 @@ def test_the_fabric_failing_mid_attach_leaks_no_block(seed: int, served: serving
                 bound.add(name)
     counts["bound"] = len(bound)
 
-    admin(sim, "/admin/faults", {"fail_compose": [], "error_rate": 0.0})
+    admin(sim, "/admin/faults", {"fail_compose": [], "error_rate": 0.0, "latency_s": 0.0})
     started = time.monotonic()
     deadline = started + SETTLE_S
     while leaks(served, sim) and time.monotonic() < deadline:
