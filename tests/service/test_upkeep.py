@@ -8,6 +8,7 @@ import threading
 
 from tests import builders
 from tests.kubefake import eventually
+from tests.state.test_requeue import Kept
 from webhook.adapters import embedded
 from webhook.domain import parsing
 from webhook.domain.model import Pod, Reservation
@@ -19,16 +20,6 @@ from webhook.state.requeue import Requeuer
 
 RACK = "uuid-a.1"
 HOUR = 3600.0
-
-
-class Kept:
-    def __init__(self) -> None:
-        self.pods: list[str] = []
-        self.lock = threading.Lock()
-
-    def nudge(self, pod: Pod, message: str, now: float) -> None:
-        with self.lock:
-            self.pods.append(pod.name)
 
 
 def _engine() -> Engine:

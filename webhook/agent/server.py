@@ -16,7 +16,6 @@ The server (``webhook.agent.http_server``) holds a fixed number of threads whate
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 import threading
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from webhook.agent.http_server import (
     listening_socket,
 )
 from webhook.agent.loop import Agent
+from webhook.domain.limits import is_loopback
 from webhook.wire.text import ELLIPSIS, clip
 
 log = logging.getLogger(__name__)
@@ -44,18 +44,6 @@ ENDPOINTS = ("/healthz", "/readyz", "/metrics", "/gpus")
 LOCAL_ONLY = "/gpus"
 _ECHO_LIMIT = 120  # characters of a client's method or path repeated in an error
 View = TypeVar("View", bound=Callable[..., Any])
-
-
-def is_loopback(address: str | None) -> bool:
-    """Whether a peer address is this host's (or, in a pod, this pod's) own: 127.0.0.0/8, ::1, or an
-    IPv4-mapped loopback address."""
-    try:
-        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped.is_loopback
-    return ip.is_loopback
 
 
 def _echo(text: str) -> str:

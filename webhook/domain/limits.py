@@ -4,6 +4,7 @@ a URL never shown with its credentials. docs/HARDENING.md lists them with what a
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 
@@ -22,6 +23,18 @@ GROUP_NAME_MAX = NAME_MAX  # the imex-webhook.io/group annotation: becomes part 
 MUTATE_MAX_BODY = 3 * 1024 * 1024
 SMALL_MAX_BODY = 64 * 1024
 LARGE_BODY_PATHS = frozenset({"/filter", "/prioritize", "/preempt"})
+
+
+def is_loopback(address: str | None) -> bool:
+    """Whether a peer address is this host's (or, in a pod, this pod's) own: 127.0.0.0/8, ::1, or an
+    IPv4-mapped loopback address. The node agent's /gpus and the extender's map answer such peers."""
+    try:
+        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback
+    return ip.is_loopback
 
 
 def normalized(path: str) -> str:

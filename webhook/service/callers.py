@@ -23,7 +23,6 @@ Everything refused answers 403 JSON that says what was missing. Without ``--clie
 
 from __future__ import annotations
 
-import ipaddress
 import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ import orjson
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.domain.limits import normalized
+from webhook.domain.limits import is_loopback, normalized
 
 EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/bind", "/preempt"})
 INSPECT_PATHS = frozenset({"/inspect", "/ui"})
@@ -98,22 +97,12 @@ def verified_client(environ: dict[str, Any]) -> Identity | None:
         return Identity("", frozenset(), False)
 
 
-def from_loopback(environ: dict[str, Any]) -> bool:
-    try:
-        address = ipaddress.ip_address(str(environ.get("REMOTE_ADDR") or ""))
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
-
-
 def refusal(path: str, client: Identity | None, allowed: Allowed, environ: dict[str, Any]) -> str | None:
     """Why ``client`` may not call ``path``; None when it may."""
     if path in EXTENDER_PATHS:
         wanted, flag, what = allowed.extender, "--client-subject", "the extender verbs"
     elif path in INSPECT_PATHS:
-        if from_loopback(environ):
+        if is_loopback(environ.get("REMOTE_ADDR")):
             return None
         wanted, flag, what = allowed.inspect, "--inspect-subject", "/inspect and /ui"
     else:

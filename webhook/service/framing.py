@@ -10,10 +10,10 @@ socket for a body whose end is unknown.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 
+from webhook.domain.limits import normalized
 from webhook.errors import ImexWebhookError
 
 HEAD_END = b"\r\n\r\n"
@@ -60,7 +60,7 @@ def route_path(request_line: bytes) -> str:
     target = parts[1].split(b"?", 1)[0].split(b"#", 1)[0].decode("latin-1")
     if target.startswith(("http://", "https://")):  # absolute form: the path after the authority
         target = "/" + target.split("://", 1)[1].partition("/")[2]
-    return posixpath.normpath("/" + target.lstrip("/")) if target.startswith("/") else ""
+    return normalized(target) if target.startswith("/") else ""
 
 
 def find_head(buf: bytes | bytearray, limit: int, start: int = 0,
