@@ -52,7 +52,7 @@ from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 T = TypeVar("T")
 

@@ -82,7 +82,7 @@ def test_the_extender_verbs_are_routes_serve_answers_with_post() -> None:
     from webhook.demo import cluster as demo
     from webhook.http.app import create_app
     from webhook.state.cluster import ClusterStore
-    from webhook.state.engine import Engine
+    from webhook.engine.engine import Engine
 
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")

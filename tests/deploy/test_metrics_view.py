@@ -25,9 +25,9 @@ from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.http.metrics import MAX_EVALUATED, WAITING_REASONS, Metrics
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
-from webhook.state.fabric import MemoryAttachmentStore
-from webhook.state.reconciler import Reconciler
+from webhook.engine.engine import Engine
+from webhook.state.attachments import MemoryAttachmentStore
+from webhook.engine.reconciler import Reconciler
 from webhook.state.reservations import MemoryReservationStore
 from webhook.wire.fabric_attachment import Attachment, Phase
 

@@ -17,7 +17,7 @@ from tests.fabric.test_attach_before_bind import admin, pod_body
 from webhook.adapters.redfish.fabric import RedfishFabric
 from webhook.sim.fabric import inventory
 from webhook.sim.fabric.server import RunningSim, start_in_thread
-from webhook.state.fabric import FabricFailure
+from webhook.state.attachments import FabricFailure
 
 BUDGET = 3.0
 LATENCY = 2.5  # per Redfish request: a full inventory read (about 5 requests) takes 12.5 s

@@ -25,7 +25,7 @@ from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 # Examples per test; together at least 2,000 a run (the floor), in well under a minute.
 # IMEX_FUZZ_SCALE=10 runs ten times as many, for a longer search by hand.

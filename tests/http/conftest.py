@@ -10,7 +10,7 @@ from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 
 @pytest.fixture

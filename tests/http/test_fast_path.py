@@ -22,7 +22,7 @@ from webhook.domain.policy import Policy
 from webhook.http import extender
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 Reply = tuple[str, list[tuple[str, str]], bytes]
 

@@ -28,7 +28,7 @@ from webhook.http.metrics import Metrics
 from webhook.sim.fabric import inventory
 from webhook.sim.fabric.server import start_in_thread
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 LIMIT = 4096
 UNKNOWN_POD = {"PodName": "nobody", "PodNamespace": "ml", "PodUID": "u-1", "Node": "gb200-a-00"}

@@ -23,7 +23,7 @@ from webhook.demo import cluster as demo
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 
 def _cached_pod(fake: KubeFake, backend: KubeBackend, name: str) -> Pod:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.adapters.kube.event_series import BURST, HEARTBEAT, REFILL, SERIES_WINDOW, Correlator, Write
-from webhook.state.events import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
+from webhook.engine.events import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
 
 POD = ObjectRef("v1", "Pod", "ml", "p-0", "uid-p0")
 OTHER_POD = ObjectRef("v1", "Pod", "ml", "p-1", "uid-p1")

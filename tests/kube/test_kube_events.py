@@ -38,9 +38,9 @@ from webhook.adapters.kube.resources import EVENTS
 from webhook.domain import parsing
 from webhook.domain.policy import Policy
 from webhook.http.metrics import Metrics
-from webhook.state import events
-from webhook.state.engine import Engine
-from webhook.state.events import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
+from webhook.engine import events
+from webhook.engine.engine import Engine
+from webhook.engine.events import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
 
 ROOT = Path(__file__).parents[2]
 POD = ObjectRef("v1", "Pod", "ml", "train-0", "uid-train-0")

@@ -24,8 +24,8 @@ from webhook.domain import parsing, requeue
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
-from webhook.state.engine import Engine
-from webhook.state.requeue import Requeuer
+from webhook.engine.engine import Engine
+from webhook.engine.requeue import Requeuer
 from webhook.wire.domain_reservation import reservation_name, reservation_object
 
 

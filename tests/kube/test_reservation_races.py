@@ -43,7 +43,7 @@ from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.http.app import create_app
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 from webhook.wire import domain_reservation
 from webhook.wire.domain_reservation import ledger_name, reservation_name
 

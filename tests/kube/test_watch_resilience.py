@@ -33,7 +33,7 @@ from webhook.http.app import create_app
 from webhook.service import server
 from webhook.service.settings import Settings, SettingsError, from_args
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 CLIQUE = demo.clique_value("gb200-a")
 

@@ -15,8 +15,8 @@ from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
 from webhook.service.upkeep import Upkeep
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
-from webhook.state.requeue import Requeuer
+from webhook.engine.engine import Engine
+from webhook.engine.requeue import Requeuer
 
 RACK = "uuid-a.1"
 HOUR = 3600.0

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from webhook.errors import StoreConflict
-from webhook.state.fabric import FabricFailure, MemoryAttachmentStore
+from webhook.state.attachments import FabricFailure, MemoryAttachmentStore
 from webhook.wire.fabric_attachment import Attachment, Block, Phase
 
 EPOCH = 1_700_000_000.0  # wall time: phase times are written and read as RFC 3339

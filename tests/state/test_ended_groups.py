@@ -1,6 +1,6 @@
 """A group ends in the store's view when a member was seen placed and every member is now gone or finished
 (webhook.state.pod_index); housekeeping then releases its reservation on that change, with no grace, while a
-reservation whose members this replica never saw placed keeps the grace (webhook.state.housekeeping)."""
+reservation whose members this replica never saw placed keeps the grace (webhook.engine.housekeeping)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from tests import builders
 from webhook.adapters import embedded
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
-from webhook.state import housekeeping
+from webhook.engine import housekeeping
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 RACK = "uuid-a.1"
 CD = builders.cd_uid("job")

@@ -15,7 +15,7 @@ from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 
 class Clock:

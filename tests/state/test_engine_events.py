@@ -1,4 +1,4 @@
-"""What the engine reports for Kubernetes Events (webhook.state.events), on the embedded store with a sink
+"""What the engine reports for Kubernetes Events (webhook.engine.events), on the embedded store with a sink
 that keeps what it is given: a group's first filter reports DomainReserved on the pod and its
 ComputeDomain; a group no domain can host reports NoDomainFits with the very reason the extender gives
 the scheduler; housekeeping reports ReservationExpired or ReservationReleased; a fabric attach reports
@@ -20,10 +20,10 @@ from webhook.domain import parsing
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
-from webhook.state import events
+from webhook.engine import events
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
-from webhook.state.events import LogEvents, Occurrence
+from webhook.engine.engine import Engine
+from webhook.engine.events import LogEvents, Occurrence
 from webhook.wire.fabric_attachment import Attachment, Phase
 
 

@@ -16,7 +16,7 @@ from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 
 class NotListedYet:

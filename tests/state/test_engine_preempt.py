@@ -10,7 +10,7 @@ from webhook.adapters.embedded import EmbeddedBackend, put_pod
 from webhook.domain import keys, parsing
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 A, B = "aaaa-0001.7", "bbbb-0002.7"
 GROUP = {keys.GROUP_ANNOTATION: "urgent", keys.GROUP_SIZE_ANNOTATION: "3"}

@@ -1,4 +1,4 @@
-"""FabricAttacher on in-memory fakes (webhook.state.fabric_attacher): attach before bind, its failures,
+"""FabricAttacher on in-memory fakes (webhook.engine.attacher): attach before bind, its failures,
 and what a retried or racing bind finds."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import MemoryAttachmentStore
-from webhook.state.fabric_attacher import FabricAttacher
+from webhook.state.attachments import MemoryAttachmentStore
+from webhook.engine.attacher import FabricAttacher
 from webhook.wire import fabric_attachment as fa
 from webhook.wire.fabric_attachment import Attachment, Phase
 

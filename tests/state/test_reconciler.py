@@ -1,4 +1,4 @@
-"""The fabric Reconciler on in-memory fakes (webhook.state.reconciler): what it does with attachments left
+"""The fabric Reconciler on in-memory fakes (webhook.engine.reconciler): what it does with attachments left
 in every phase, orphaned blocks, a failing fabric, and leadership."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from webhook.domain import parsing
 from webhook.domain.fabric_plan import Act, Timeouts
 from webhook.domain.model import Node, Pod
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import MemoryAttachmentStore
-from webhook.state.fabric_attacher import FabricAttacher
-from webhook.state.reconciler import Reconciler
+from webhook.state.attachments import MemoryAttachmentStore
+from webhook.engine.attacher import FabricAttacher
+from webhook.engine.reconciler import Reconciler
 from webhook.wire import fabric_attachment as fa
 from webhook.wire.fabric_attachment import Attachment, Condition, Phase
 from webhook.wire.timestamps import rfc3339

@@ -1,4 +1,4 @@
-"""Retrying the groups the filter refused (webhook.state.requeue), on the embedded store with a nudger that
+"""Retrying the groups the filter refused (webhook.engine.requeue), on the embedded store with a nudger that
 keeps what it is asked: a refused group is retried once when capacity returns and never while the same
 inputs would refuse it again; a failed retry is tried again; after a restart every waiting group counts as
 refused once; the pass's budget; the memory bound; and request threads refusing while the worker runs."""
@@ -15,10 +15,10 @@ from webhook.domain import parsing, requeue
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
-from webhook.state import requeue as requeue_state
+from webhook.engine import requeue as requeue_state
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
-from webhook.state.requeue import Refusals, Requeuer
+from webhook.engine.engine import Engine
+from webhook.engine.requeue import Refusals, Requeuer
 
 RACK = "uuid-a.1"
 

@@ -19,7 +19,7 @@ from webhook.adapters.embedded import EmbeddedBackend
 from webhook.domain.filtering import FilterOutcome
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 from webhook.tools.simcluster import SimCluster, job_objects
 from webhook.tools.workload import Job, Params
 

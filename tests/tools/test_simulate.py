@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 from webhook.tools import cli, policies, simulate, workload
 from webhook.tools.sim_report import TIMING_KEYS
 from webhook.tools.simcluster import SimCluster

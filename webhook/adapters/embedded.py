@@ -29,9 +29,9 @@ import yaml
 from webhook.domain.model import Pod
 from webhook.errors import DecisionError, ImexWebhookError
 from webhook.state.cluster import KINDS, ClusterStore
-from webhook.state.fabric import MemoryAttachmentStore
+from webhook.state.attachments import MemoryAttachmentStore
 from webhook.state.forgetting import Forgetting
-from webhook.state.requeue import Nudger
+from webhook.engine.requeue import Nudger
 from webhook.state.reservations import MemoryReservationStore
 from webhook.state.workload_tables import KINDS as WORKLOAD_KINDS
 

@@ -4,7 +4,7 @@ groups we refused").
 kube-scheduler parks a pod that no node fits in its unschedulable queue and tries it again only on a
 cluster event it watches (a Pod, Node, claim... change), or after five minutes. A change to our own state
 (a reservation released, a promise dropped) is no such event, so the groups we refused would sit out the
-five minutes. ``webhook.state.requeue`` remembers each refusal; these functions say which members to
+five minutes. ``webhook.engine.requeue`` remembers each refusal; these functions say which members to
 retry and what to tell the user on the pod.
 """
 

@@ -19,7 +19,7 @@ from flask import Blueprint, Response
 from webhook.domain import admission_review
 from webhook.errors import WireError
 from webhook.http.common import Services, answered, json_body, services
-from webhook.state.decision_log import log as decisions
+from webhook.engine.decision_log import log as decisions
 from webhook.wire import admission
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from webhook.domain.limits import body_limit, normalized
 from webhook.http import admission, extender, fast, ops, ui
 from webhook.http.common import Services, error_response, release_memory, too_large
 from webhook.http.metrics import Metrics, verb_of
-from webhook.state.backend import Backend
-from webhook.state.engine import Engine
+from webhook.engine.ports import Backend
+from webhook.engine.engine import Engine
 
 # The largest body of the shipped profile (nodeCacheCapable: true): an ExtenderArgs naming 20,000 nodes (about
 # 1.3 MB) with a pod as etcd can hold it (1.5 MiB), with room to spare. Decoding costs up to 16x the body

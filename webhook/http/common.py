@@ -18,8 +18,8 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from webhook.domain.limits import MAX_DEPTH
 from webhook.errors import WireError
 from webhook.http.metrics import Metrics
-from webhook.state.backend import Backend
-from webhook.state.engine import Engine
+from webhook.engine.ports import Backend
+from webhook.engine.engine import Engine
 
 Check = Callable[[], tuple[bool, str]]
 

@@ -14,8 +14,8 @@ from webhook.domain import filtering
 from webhook.domain.capacity import attachable, free_local
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.placement import members_summary
-from webhook.state.engine import Engine
-from webhook.state.events import DROP_REASONS
+from webhook.engine.engine import Engine
+from webhook.engine.events import DROP_REASONS
 from webhook.wire.fabric_attachment import Phase
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class Metrics:
         target = parts[1].split(b"?", 1)[0].decode("latin-1") if 2 <= len(parts) <= 3 else ""
         self.count("/" + target.lstrip("/") if target else "", status)  # "//filter" is /filter to the app
 
-    # The fabric Observer protocol (webhook.state.fabric): the attacher and the reconciler report here.
+    # The fabric Observer protocol (webhook.state.attachments): the attacher and the reconciler report here.
     def attach_done(self, outcome: str, seconds: float) -> None:
         self.attach_seconds.labels(outcome).observe(seconds)
 

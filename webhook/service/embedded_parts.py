@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import MemoryAttachmentStore
+from webhook.state.attachments import MemoryAttachmentStore
 
 
 class Stoppable(Protocol):

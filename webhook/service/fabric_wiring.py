@@ -27,12 +27,12 @@ from webhook.domain.fabric_plan import Timeouts
 from webhook.errors import ImexWebhookError
 from webhook.http.metrics import Metrics
 from webhook.service.embedded_parts import EmbeddedParts, RunningFabric, Stoppable
-from webhook.state.backend import Backend
+from webhook.engine.ports import Backend
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
-from webhook.state.fabric import MemoryAttachmentStore, Observer
-from webhook.state.fabric_attacher import FabricAttacher
-from webhook.state.reconciler import Reconciler
+from webhook.engine.engine import Engine
+from webhook.state.attachments import MemoryAttachmentStore, Observer
+from webhook.engine.attacher import FabricAttacher
+from webhook.engine.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 

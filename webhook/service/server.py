@@ -47,10 +47,10 @@ from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, defaul
 from webhook.service.tls import Contexts, TlsFiles, server_context
 from webhook.service.upkeep import Upkeep
 from webhook.service.worker import Limits, Worker
-from webhook.state.backend import Backend
+from webhook.engine.ports import Backend
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
-from webhook.state.requeue import Requeuer
+from webhook.engine.engine import Engine
+from webhook.engine.requeue import Requeuer
 
 log = logging.getLogger("imex_webhook.serve")
 

@@ -3,7 +3,7 @@
 It wakes on every change of the caches and every refusal (``Engine.changes``), lets a burst of watch
 events settle for ``SETTLE`` seconds (a Job's pods are deleted together: one pass, not one per pod), and
 runs ``Engine.housekeep`` and ``Requeuer.run``. Without changes it still runs every ``interval`` seconds:
-reservation TTLs expire and the grace of webhook.state.housekeeping ends with no event to announce it.
+reservation TTLs expire and the grace of webhook.engine.housekeeping ends with no event to announce it.
 Only that timed round prunes dead ledger promises (an API write per domain; once a round is enough).
 """
 
@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 
-from webhook.state.engine import Engine
-from webhook.state.requeue import Requeuer
+from webhook.engine.engine import Engine
+from webhook.engine.requeue import Requeuer
 
 log = logging.getLogger(__name__)
 SETTLE = 0.2  # seconds

@@ -46,7 +46,7 @@ from webhook.sim.host import SimHost
 from webhook.sim.node_scenario import SimFabric, SimGpu, SimNode
 from webhook.sim.nvml import FakePynvml
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import MemoryAttachmentStore
+from webhook.state.attachments import MemoryAttachmentStore
 from webhook.wire import fabric_attachment as fa
 from webhook.wire import gpu_inventory
 from webhook.wire.gpu_inventory import GpuInventory

@@ -23,7 +23,7 @@ from webhook.domain import admission_review, parsing
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 from webhook.tools import baseline_app, payloads
 from webhook.tools.loadgen import percentile
 from webhook.wire import admission

@@ -31,7 +31,7 @@ from webhook.service import deploy
 from webhook.sim.cycle.model import Pod as CyclePod
 from webhook.sim.dra_objects import channel_device_class
 from webhook.state.cluster import ClusterStore
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 from webhook.state.reservations import MemoryReservationStore
 from webhook.tools import simcycle
 from webhook.tools.simcluster import SimCluster, job_objects

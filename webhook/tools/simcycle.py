@@ -51,7 +51,7 @@ from webhook.sim.cycle.claims import Claim, parse_claim
 from webhook.sim.cycle.cluster import ClusterState, NodeInfo, node_info
 from webhook.sim.cycle.model import Pod, parse_node, parse_pod
 from webhook.sim.cycle.status import NO_REASON_UNRESOLVABLE, UNRESOLVABLE, Diagnosis, Status, fit_error_message
-from webhook.state.engine import Engine
+from webhook.engine.engine import Engine
 
 DEFAULT_PROFILE: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
 """kube-scheduler's default profile (``default-scheduler``): LeastAllocated, no extender."""

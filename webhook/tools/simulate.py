@@ -91,7 +91,7 @@ class Simulation:
 
     def _tick_after(self, now: float) -> None:
         """The service's housekeeping runs on every cache change: a finished group's reservation goes with
-        the deletion of its last pod (webhook.state.housekeeping), so one round follows each release."""
+        the deletion of its last pod (webhook.engine.housekeeping), so one round follows each release."""
         if self.out.policy != "imex-webhook":
             return
         if now not in self.ticks:

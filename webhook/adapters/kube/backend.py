@@ -48,9 +48,9 @@ from webhook.domain import parsing
 from webhook.domain.model import Pod
 from webhook.errors import DecisionError, WireError
 from webhook.state import workload_tables
-from webhook.state.bind import Binder
+from webhook.engine.bind import Binder
 from webhook.state.cluster import ClusterStore
-from webhook.state.requeue import Nudger
+from webhook.engine.requeue import Nudger
 from webhook.state.reservations import ReservationStore
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class KubeBinder:
 
     def __init__(self, api: Api, events: EventRecorder | None = None) -> None:
         self._api = api
-        self.events = events  # the engine reports through it (webhook.state.events.sink_of)
+        self.events = events  # the engine reports through it (webhook.engine.events.sink_of)
 
     def read_pod(self, namespace: str, name: str) -> Pod | None:
         try:
@@ -124,7 +124,7 @@ class KubeBackend:
         self.events = EventRecorder(api, holder)  # Events about pods and ComputeDomains (events)
         self.binder: Binder = KubeBinder(api, self.events)
         self.attachments = KubeAttachmentStore(api, store)
-        self.nudger: Nudger | None = PodNudger(api)  # retries of the pods we refused (webhook.state.requeue)
+        self.nudger: Nudger | None = PodNudger(api)  # retries of the pods we refused (webhook.engine.requeue)
         self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
         self._stopping = threading.Event()
         self._started = False

@@ -1,7 +1,7 @@
 """Leader election on a coordination.k8s.io/v1 Lease: the fabric reconciler runs on one replica at a time,
 and another takes over when the holder stops renewing.
 
-``LeaseLeader.is_leader()`` is what the reconciler asks before each round (``webhook.state.reconciler``):
+``LeaseLeader.is_leader()`` is what the reconciler asks before each round (``webhook.engine.reconciler``):
 it returns at once while the last renewal is fresh (younger than a third of the lease), and otherwise
 makes at most three API calls (read, then create or a replace guarded by the resourceVersion read), each
 under the deadline of ``api.Api``. No thread: a replica stops leading by no longer asking, and another

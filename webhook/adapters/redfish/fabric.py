@@ -17,7 +17,7 @@ from typing import Protocol
 
 from webhook.adapters.redfish.client import RedfishClient
 from webhook.adapters.redfish.payloads import FabricError
-from webhook.state.fabric import FabricFailure
+from webhook.state.attachments import FabricFailure
 from webhook.wire.fabric_attachment import Block
 
 log = logging.getLogger(__name__)

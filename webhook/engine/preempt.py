@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from webhook.domain import preemption
 from webhook.domain.model import Pod, Snapshot
 from webhook.errors import DecisionError, StoreConflict
-from webhook.state.decision_log import decision_log, log
-from webhook.state.promises import DomainArbiter
+from webhook.engine.decision_log import decision_log, log
+from webhook.engine.choices import DomainArbiter
 from webhook.state.reservations import DomainFull
 
 if TYPE_CHECKING:
-    from webhook.state.engine import Engine
+    from webhook.engine.engine import Engine
 
 
 

@@ -19,7 +19,7 @@ from webhook.domain.fabric_plan import Act, Action, Timeouts
 from webhook.domain.model import Pod
 from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer
+from webhook.state.attachments import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer
 from webhook.wire.fabric_attachment import Attachment, Phase
 from webhook.wire.timestamps import rfc3339
 

@@ -8,7 +8,7 @@ binding. It logs one structured line per decision. Adapters come in through smal
 same engine serves the embedded cluster and a real API server.
 
 This module holds the choice of a group's domain (filter, prioritize) and the promises in flight; the
-other verbs are ``webhook.state.bind``, ``webhook.state.preempt`` and ``webhook.state.housekeeping``.
+other verbs are ``webhook.engine.bind``, ``webhook.engine.preempt`` and ``webhook.engine.housekeeping``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from webhook.domain import filtering, preemption, scoring
 from webhook.domain.model import Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError, StoreConflict
-from webhook.state import bind as bind_verb
-from webhook.state import housekeeping
-from webhook.state import preempt as preempt_verb
-from webhook.state.bind import Attacher, Binder, BindOutcome, NoFabric
+from webhook.engine import bind as bind_verb
+from webhook.engine import housekeeping
+from webhook.engine import preempt as preempt_verb
+from webhook.engine.bind import Attacher, Binder, BindOutcome, NoFabric
 from webhook.state.cluster import ClusterStore
-from webhook.state.decision_log import decision_log, log
-from webhook.state.events import EventSink, Reporter, sink_of
+from webhook.engine.decision_log import decision_log, log
+from webhook.engine.events import EventSink, Reporter, sink_of
 from webhook.state.node_sets import NodeSets
-from webhook.state.promises import DomainArbiter, Lazy, ProposalView
-from webhook.state.requeue import Refusals
+from webhook.engine.choices import DomainArbiter, Lazy, ProposalView
+from webhook.engine.requeue import Refusals
 from webhook.state.reservations import DomainFull, ReservationStore
 
 # Domain choices one first pod makes when other replicas keep filling the domain it chose.
@@ -56,12 +56,12 @@ class Engine:
         self._choosing = threading.Lock()
         self._in_flight: Mapping[str, Reservation] = MappingProxyType({})
         self.proposals = ProposalView(self)
-        # Kubernetes Events about pods and ComputeDomains (webhook.state.events); never blocks, never raises.
+        # Kubernetes Events about pods and ComputeDomains (webhook.engine.events); never blocks, never raises.
         self.events: EventSink = events or sink_of(binder)
         self.report = Reporter(self.events, policy)
         self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
         self._snapshot: tuple[Snapshot, Mapping[str, Reservation], Snapshot] | None = None
-        # Groups the filter refused, for the retry once capacity returns (webhook.state.requeue); every
+        # Groups the filter refused, for the retry once capacity returns (webhook.engine.requeue); every
         # change of the caches, and every refusal, wakes the workers that act on it.
         self.refusals = Refusals()
         self.changes = threading.Event()

@@ -1,5 +1,5 @@
-"""The fabric's ports: what attach-before-bind (``webhook.state.fabric_attacher``) and the reconciler
-(``webhook.state.reconciler``) need from the fabric manager (``webhook.adapters.redfish.fabric``), from the
+"""The fabric's ports: what attach-before-bind (``webhook.engine.attacher``) and the reconciler
+(``webhook.engine.reconciler``) need from the fabric manager (``webhook.adapters.redfish.fabric``), from the
 attachment store (the API server: ``webhook.adapters.kube.attachments``), and from whoever observes them
 (``/metrics``); and the attachment store of embedded mode, in memory.
 """

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Protocol
 from webhook.domain import filtering, requeue
 from webhook.domain.model import Pod
 from webhook.errors import ImexWebhookError
-from webhook.state.decision_log import decision_log, log
+from webhook.engine.decision_log import decision_log, log
 from webhook.wire.timestamps import rfc3339
 
 if TYPE_CHECKING:
-    from webhook.state.engine import Engine
+    from webhook.engine.engine import Engine
 
 MAX_WAITING = 1024  # refused groups remembered; past it the oldest refusal is forgotten
 MAX_NUDGES = 256  # pod updates one pass makes; the rest stay due for the next pass

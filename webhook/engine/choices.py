@@ -12,7 +12,7 @@ from webhook.domain.model import Demand, Group, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 
 if TYPE_CHECKING:
-    from webhook.state.engine import Engine
+    from webhook.engine.engine import Engine
 
 
 class Lazy(Mapping[str, Reservation]):

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from webhook.domain.model import Snapshot
 from webhook.domain.placement import members_summary
 from webhook.errors import StoreConflict
-from webhook.state.decision_log import decision_log, log
+from webhook.engine.decision_log import decision_log, log
 
 if TYPE_CHECKING:
-    from webhook.state.engine import Engine
+    from webhook.engine.engine import Engine
 
 GRACE = 30.0  # seconds; see the module docstring
 ENDED = "every member of the group has finished or was deleted"

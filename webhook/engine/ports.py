@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from webhook.domain.model import Pod
-from webhook.state.bind import Binder
+from webhook.engine.bind import Binder
 from webhook.state.cluster import ClusterStore
-from webhook.state.fabric import AttachmentStore
-from webhook.state.requeue import Nudger
+from webhook.state.attachments import AttachmentStore
+from webhook.engine.requeue import Nudger
 from webhook.state.reservations import ReservationStore
 
 
