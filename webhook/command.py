@@ -3,7 +3,10 @@
 ``webhook.cli`` hosts every verb of ``imex-webhook`` this way, ``webhook.tools.cli`` the tools of
 ``python -m webhook.tools.cli``. Each verb's module contributes ``add_arguments(parser)`` and
 ``run(namespace) -> exit status``; argparse parses the whole command line once, so ``VERB --help`` is that
-verb's help, printed once, under ``PROG VERB``.
+verb's help, printed once, under ``PROG VERB``. A command line names one verb, so the parser it is read with
+needs that verb's flags alone (``parser(..., argv=argv)``): a verb whose module is slow to import
+(the web server's, the simulators') then costs nothing to the others, to ``--help`` and to a typo. Such a
+verb's ``add_arguments`` imports its module and may set the parser's description from it.
 
 argparse's ``float`` reads ``nan``, ``inf`` and ``1e400`` (infinity) as numbers, which no flag of any verb
 means: every ``type=float`` flag is checked to be finite before the verb runs, and refused with one line
@@ -32,15 +35,19 @@ class Command(NamedTuple):
     description: str | None = None  # the verb's own --help (default: help)
 
 
-def parser(prog: str, description: str, commands: Iterable[Command], version: str | None = None
-           ) -> argparse.ArgumentParser:
+def parser(prog: str, description: str, commands: Iterable[Command], version: str | None = None,
+           argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Every verb with its flags; for a command line ``argv``, the flags of the verb it names alone, none
+    when it names none (the others keep their name and one-line help, all the top-level help shows)."""
+    only = None if argv is None else verb_of(argv)
     top = argparse.ArgumentParser(prog=prog, description=description)
     if version is not None:
         top.add_argument("--version", action="version", version=version)
     verbs = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands:
         sub = verbs.add_parser(command.name, help=command.help, description=command.description or command.help)
-        command.add_arguments(sub)
+        if argv is None or command.name == only:
+            command.add_arguments(sub)
         floats = [(a.dest, a.option_strings[-1]) for a in sub._actions if a.type is float and a.option_strings]
         sub.set_defaults(run=command.run, **{_FLOAT_FLAGS: floats})
     return top
@@ -54,6 +61,12 @@ def not_finite(ns: argparse.Namespace) -> str | None:
             if isinstance(number, float) and not math.isfinite(number):
                 return f"{flag} {number}: expected a finite number"
     return None
+
+
+def verb_of(argv: Sequence[str]) -> str | None:
+    """The verb a command line names: its first word that is not an option (the options before a verb,
+    --help and --version, take no value). None when it names none."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 Bounds = dict[str, tuple[float, float]]  # flag -> (least, most), both included

@@ -12,8 +12,8 @@ What is built here:
   memory when no API server is given.
 - ``demo`` and ``fabric-sim``, whole commands that are simulators.
 
-The service and the agent are imported when their command runs, so ``imex-webhook agent`` does not load
-the web server.
+Every verb's module is imported when that verb is read or run, never when this module is: ``import
+webhook.cli`` loads neither the web server nor a simulator, and ``imex-webhook agent`` not the web server.
 """
 
 from __future__ import annotations
@@ -27,25 +27,42 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook.demo import cli as demo_cli
 from webhook.errors import SettingsError
-from webhook.service import logs, settings
-from webhook.service.embedded_parts import EmbeddedParts, RunningFabric
-from webhook.sim.fabric import cli as fabric_sim_cli
+from webhook.service import logs
 
 if TYPE_CHECKING:
     from webhook.agent.cli import SimulatedMachine
     from webhook.agent.settings import AgentSettings as Agent
+    from webhook.service.embedded_parts import EmbeddedParts, RunningFabric
 
 log = logging.getLogger(__name__)
 
-# The commands that are simulators, for webhook.cli to host.
-add_demo_arguments = demo_cli.add_arguments
-demo = demo_cli.run
-add_fabric_sim_arguments = fabric_sim_cli.add_arguments
-fabric_sim = fabric_sim_cli.run
-DEMO_DESCRIPTION = demo_cli.DESCRIPTION
-FABRIC_SIM_DESCRIPTION = fabric_sim_cli.DESCRIPTION
+
+# The commands that are simulators, for webhook.cli to host: their flags, description and run.
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from webhook.demo import cli as demo_cli
+
+    parser.description = demo_cli.DESCRIPTION
+    demo_cli.add_arguments(parser)
+
+
+def demo(ns: argparse.Namespace) -> int:
+    from webhook.demo import cli as demo_cli
+
+    return demo_cli.run(ns)
+
+
+def add_fabric_sim_arguments(parser: argparse.ArgumentParser) -> None:
+    from webhook.sim.fabric import cli as fabric_sim_cli
+
+    parser.description = fabric_sim_cli.DESCRIPTION
+    fabric_sim_cli.add_arguments(parser)
+
+
+def fabric_sim(ns: argparse.Namespace) -> int:
+    from webhook.sim.fabric import cli as fabric_sim_cli
+
+    return fabric_sim_cli.run(ns)
 
 
 def _demo_cluster() -> list[dict[str, Any]]:
@@ -55,6 +72,7 @@ def _demo_cluster() -> list[dict[str, Any]]:
 
 
 def _start_fabric() -> RunningFabric:
+    from webhook.service.embedded_parts import RunningFabric
     from webhook.sim.fabric import inventory, server
 
     demo_inventory = inventory.demo()
@@ -64,6 +82,7 @@ def _start_fabric() -> RunningFabric:
 
 
 def embedded_parts() -> EmbeddedParts:
+    from webhook.service.embedded_parts import EmbeddedParts
     from webhook.sim.agents import EmbeddedAgents
 
     return EmbeddedParts(demo_cluster=_demo_cluster, start_fabric=_start_fabric, start_node_agents=EmbeddedAgents)
@@ -71,14 +90,14 @@ def embedded_parts() -> EmbeddedParts:
 
 def serve(ns: argparse.Namespace) -> int:
     """``imex-webhook serve``: exit status 2 for an input that cannot work, 1 for a failure to start."""
-    from webhook.service import server
+    from webhook.service import server, settings
 
     try:
         config = settings.from_args(ns)
     except SettingsError as exc:
         print(f"imex-webhook serve: {exc}", file=sys.stderr)
         return 2
-    logs.configure(config.log_format, config.log_level)
+    logs.configure(config.log.format, config.log.level)
     try:
         return server.serve(config, embedded_parts())
     except SettingsError as exc:  # an input that cannot work, found before anything started

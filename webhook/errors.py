@@ -11,6 +11,8 @@ This module imports nothing of the project, so every layer, down to the wire cod
 - ``DecisionError``: a valid request we cannot serve (for example a binding conflict); the extender
   reports it in the ``Error`` field of a 200 reply so the reason reaches the pod's events.
 - ``StoreConflict``: a guarded write lost a race (resourceVersion changed); callers re-read and retry.
+  ``DomainFull`` is the reservation store's kind of it: the domain filled up while a choice was recorded.
+- ``FabricFailure``: a fabric manager refused or failed an operation.
 """
 
 from __future__ import annotations
@@ -33,6 +35,19 @@ class DecisionError(ImexWebhookError):
 
 class StoreConflict(ImexWebhookError):
     """Someone else changed the object since we read it."""
+
+
+class DomainFull(StoreConflict):
+    """The domain's latest promises leave no room for the group: choose again."""
+
+    def __init__(self, domain: str, group: str) -> None:
+        super().__init__(f"domain {domain} has no room left for group {group} next to the promises recorded "
+                         "since the choice was made")
+        self.domain = domain
+
+
+class FabricFailure(ImexWebhookError):
+    """A fabric manager refused or failed an operation; the message is for an operator."""
 
 
 class SettingsError(ImexWebhookError, ValueError):

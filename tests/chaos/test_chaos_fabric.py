@@ -1,5 +1,5 @@
 """Seeded chaos of the Redfish composition service mid-attach (issue 12): ``imex-webhook serve`` (embedded
-demo cluster, as in ``tests/fabric/test_attach_before_bind.py``) attaches fabric GPUs from the simulator
+demo cluster, as in ``tests/service/test_attach_before_bind.py``) attaches fabric GPUs from the simulator
 while the simulator fails: a seeded random half of the blocks fail their composition (a pod needing two
 blocks gets one composed and one failed: the attach fails midway), a seeded fraction of POST/PATCH/
 DELETE requests answer errors, and every request is slowed by a seeded latency (0.05-0.3 s: some attaches
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests import serving
-from tests.fabric.test_attach_before_bind import FAB_NODES, admin, attachments, composed, pod_body
-from tests.fabric.test_attach_before_bind import served as served
-from tests.fabric.test_attach_before_bind import sim as sim
+from tests.service.test_attach_before_bind import FAB_NODES, admin, attachments, composed, pod_body
+from tests.service.test_attach_before_bind import served as served
+from tests.service.test_attach_before_bind import sim as sim
 from webhook.sim.fabric.server import RunningSim
 
 SETTLE_S = 15.0

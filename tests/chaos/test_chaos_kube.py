@@ -44,15 +44,15 @@ import kmock
 import pytest
 
 from tests import builders
-from tests.kube.conftest import Connect
-from tests.kube.test_reservation_races import at_once
+from tests.adapters.kube.conftest import Connect
+from tests.adapters.kube.test_reservation_races import at_once
 from tests.kubefake import KINDS, KubeFake
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import keys
 from webhook.domain.policy import Policy
-from webhook.errors import DecisionError
 from webhook.engine.engine import Engine
+from webhook.errors import DecisionError
 
 T = TypeVar("T")
 

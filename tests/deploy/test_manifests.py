@@ -80,9 +80,9 @@ def test_the_scheduler_config_map_is_the_rendered_source_of_truth() -> None:
 def test_the_extender_verbs_are_routes_serve_answers_with_post() -> None:
     from webhook.adapters import embedded
     from webhook.demo import cluster as demo
+    from webhook.engine.engine import Engine
     from webhook.http.app import create_app
     from webhook.state.cluster import ClusterStore
-    from webhook.engine.engine import Engine
 
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")

@@ -18,17 +18,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import builders, serving
 from tests.kubefake import KubeFake, eventually
+from webhook.adapters.memory import MemoryAttachmentStore, MemoryReservationStore
 from webhook.domain import keys, parsing
 from webhook.domain.fabric_plan import Timeouts
+from webhook.domain.figures import MAX_EVALUATED, WAITING_REASONS
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
-from webhook.errors import DecisionError
-from webhook.http.metrics import MAX_EVALUATED, WAITING_REASONS, Metrics
-from webhook.state.cluster import ClusterStore
 from webhook.engine.engine import Engine
-from webhook.state.attachments import MemoryAttachmentStore
 from webhook.engine.reconciler import Reconciler
-from webhook.state.reservations import MemoryReservationStore
+from webhook.errors import DecisionError
+from webhook.http.metrics import Metrics
+from webhook.state.cluster import ClusterStore
 from webhook.wire.fabric_attachment import Attachment, Phase
 
 NOW = 10_000.0
@@ -58,9 +58,15 @@ def scrape(metrics: Metrics) -> Samples:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def viewed(engine: Engine, backend: object = None) -> Metrics:
-    metrics = Metrics(engine.store.sync_state, lambda: {})
-    metrics.watch_cluster(engine, backend)
+class Watches:
+    def __init__(self, health: Callable[[], dict[str, tuple[float, bool]]]) -> None:
+        self.watch_health = health
+
+
+def viewed(engine: Engine, backend: Watches | None = None) -> Metrics:
+    """``backend``: the watches' health as a backend reports it (none: a backend without watches)."""
+    metrics = Metrics(engine.store.sync_state)
+    metrics.watch_cluster(engine, backend or Watches(dict))  # type: ignore[arg-type]  # only watch_health is read
     return metrics
 
 
@@ -140,11 +146,6 @@ def test_attachments_are_counted_by_phase_with_every_phase_present() -> None:
     by_phase = {dict(labels)["phase"]: v for (name, labels), v in samples.items()
                 if name == "imex_webhook_fabric_attachments"}
     assert by_phase == {p.value: {"Ready": 2.0, "Failed": 1.0}.get(p.value, 0.0) for p in Phase}
-
-
-class Watches:
-    def __init__(self, health: Callable[[], dict[str, tuple[float, bool]]]) -> None:
-        self.watch_health = health
 
 
 def test_watch_health_and_unaccounted_blocks_come_from_their_sources() -> None:

@@ -97,7 +97,7 @@ def kustomize() -> Path:
 
 
 def render(*components: Path, base: Path = MANIFESTS) -> list[dict[str, Any]]:
-    """``kustomize build`` of an overlay with ``base`` and ``components``, as the README's overlay is."""
+    """``kustomize build`` of an overlay with ``base`` and ``components``, as docs/DEPLOYING.md's overlay is."""
     with tempfile.TemporaryDirectory() as tmp:
         overlay = Path(tmp)
         (overlay / "kustomization.yaml").write_text(yaml.safe_dump({

@@ -133,7 +133,7 @@ def test_every_labelled_node_as_candidates_reuses_the_kept_reasons_with_one_full
 
 def test_five_thousand_refused_nodes_fit_in_a_small_reply_with_a_reason_each() -> None:
     # The bench cluster's node names and domain values (36 characters + a clique number), 278 domains.
-    from webhook.tools import payloads
+    from webhook.tools.bench import payloads
 
     objects: list[dict[str, Any]] = [payloads.lean_node(i) for i in range(5000)]
     snap = builders.snapshot(objects)

@@ -11,12 +11,13 @@ import pytest
 
 from tests import builders
 from webhook.domain import grouping, keys, parsing
-from webhook.domain.limits import GROUP_NAME_MAX, redact_url, redact_urls
+from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import Catalog
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
-from webhook.service.settings import Settings
+from webhook.service.settings import FabricSettings, Settings
 from webhook.wire.fields import NAME_MAX
+from webhook.wire.redaction import redact_url, redact_urls
 from webhook.wire.text import clip, shown
 
 
@@ -147,8 +148,8 @@ def test_every_url_in_a_text_loses_its_userinfo() -> None:
 
 
 def test_the_start_up_settings_never_show_the_fabric_password() -> None:
-    shown_settings = Settings(fabric="https://ops:S3cretPW@fabric.example:8443").redacted()
-    assert shown_settings["fabric"] == "https://***@fabric.example:8443"
+    shown_settings = Settings(fabric=FabricSettings(manager="https://ops:S3cretPW@fabric.example:8443")).redacted()
+    assert shown_settings["fabric"]["manager"] == "https://***@fabric.example:8443"
     assert "S3cretPW" not in repr(shown_settings)
 
 

@@ -23,9 +23,9 @@ from tests.fuzz.service import check_reply, counters
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
+from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.engine.engine import Engine
 
 # Examples per test; together at least 2,000 a run (the floor), in well under a minute.
 # IMEX_FUZZ_SCALE=10 runs ten times as many, for a longer search by hand.
@@ -45,7 +45,7 @@ def _app(max_body: int | None = None) -> Flask:
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     engine = Engine(store, backend.reservations, backend.binder, policy)
-    return create_app(engine, backend, max_body) if max_body else create_app(engine, backend)
+    return create_app(engine, backend, max_body=max_body) if max_body else create_app(engine, backend)
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from flask import Flask
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
+from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.engine.engine import Engine
 
 
 @pytest.fixture

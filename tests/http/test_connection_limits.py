@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import serving
 from tests.http.hostile import Hostile, _closed
 from tests.http.test_slow_clients import raw_tls, read_all
-from webhook.tools import payloads
-from webhook.tools.loadgen import percentile
+from webhook.tools.bench import payloads
+from webhook.tools.stats import percentile
 
 IDLE = int(os.environ.get("IMEX_CONN_IDLE", "300"))
 SLOW = int(os.environ.get("IMEX_CONN_SLOW", "5"))

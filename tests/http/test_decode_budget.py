@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from tests import serving
 from tests.http.test_bounded_memory import _rss_kb, _worker
+from webhook.domain.limits import DEFAULT_MAX_BODY
 from webhook.http import common
-from webhook.http.app import DEFAULT_MAX_BODY
 
 SHAPES = ["[],", "{},", "[0],", "[[]],", '"ab",', '"a",', "1.5,", "0,", "true,", '{"a":1},', '{"ab":"cd"},',
           '{"name":"A","value":"b"},', '"a-node-name-of-some-length-0001",', r'"\u00e9\u4e2d\ud83d\ude00abc",',

@@ -19,10 +19,10 @@ from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
+from webhook.engine.engine import Engine
 from webhook.http import extender
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
-from webhook.engine.engine import Engine
 
 Reply = tuple[str, list[tuple[str, str]], bytes]
 

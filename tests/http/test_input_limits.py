@@ -23,12 +23,12 @@ from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
+from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.http.metrics import Metrics
 from webhook.sim.fabric import inventory
 from webhook.sim.fabric.server import start_in_thread
 from webhook.state.cluster import ClusterStore
-from webhook.engine.engine import Engine
 
 LIMIT = 4096
 UNKNOWN_POD = {"PodName": "nobody", "PodNamespace": "ml", "PodUID": "u-1", "Node": "gb200-a-00"}

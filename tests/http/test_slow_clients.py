@@ -32,7 +32,7 @@ import pytest
 import requests
 
 from tests import serving
-from webhook.tools.loadgen import percentile
+from webhook.tools.stats import percentile
 
 HOLD_SECONDS = float(os.environ.get("IMEX_SLOW_CLIENT_SECONDS", "12"))
 SLOW_CONNECTIONS = 200

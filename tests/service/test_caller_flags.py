@@ -8,7 +8,7 @@ import pytest
 
 from webhook import cli, errors
 from webhook.service import settings
-from webhook.service.callers import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
+from webhook.service.settings import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
 
 
 def _from(argv: list[str]) -> settings.Settings:
@@ -17,15 +17,15 @@ def _from(argv: list[str]) -> settings.Settings:
 
 def test_by_default_the_scheduler_calls_the_verbs_and_operators_read_the_map() -> None:
     got = _from([])
-    assert got.client_subjects == (SCHEDULER_SUBJECT,) == ("imex-scheduler",)
-    assert got.inspect_subjects == (OPERATOR_SUBJECT,) == ("imex-operator",)
+    assert got.tls.client_subjects == (SCHEDULER_SUBJECT,) == ("imex-scheduler",)
+    assert got.tls.inspect_subjects == (OPERATOR_SUBJECT,) == ("imex-operator",)
 
 
 def test_each_flag_repeats_and_a_repeated_subject_counts_once() -> None:
     got = _from(["--client-subject", "a", "--client-subject", "spiffe://cluster.local/ns/x/sa/y",
                  "--client-subject", "a", "--inspect-subject", "alice"])
-    assert got.client_subjects == ("a", "spiffe://cluster.local/ns/x/sa/y")
-    assert got.inspect_subjects == ("alice",)
+    assert got.tls.client_subjects == ("a", "spiffe://cluster.local/ns/x/sa/y")
+    assert got.tls.inspect_subjects == ("alice",)
 
 
 @pytest.mark.parametrize("flag", ["--client-subject", "--inspect-subject"])
@@ -38,4 +38,4 @@ def test_a_subject_no_certificate_can_carry_is_refused_in_one_line_naming_the_fl
 
 
 def test_the_longest_subject_a_san_may_be_is_accepted() -> None:
-    assert _from(["--client-subject", "x" * 253]).client_subjects == ("x" * 253,)
+    assert _from(["--client-subject", "x" * 253]).tls.client_subjects == ("x" * 253,)

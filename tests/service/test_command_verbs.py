@@ -58,7 +58,7 @@ def test_the_manifests_command_lines_parse_and_pass_their_checks() -> None:
     webhook = cli.parser().parse_args(_container_args("webhook.yaml"))
     agent = cli.parser().parse_args(_container_args("agent.yaml"))
 
-    assert settings.from_args(webhook).in_cluster and webhook.run is composition.serve
+    assert settings.from_args(webhook).cluster.in_cluster and webhook.run is composition.serve
     assert agent_settings.from_args(agent).node == "gpu-1" and agent.run is composition.agent
 
 
@@ -74,8 +74,8 @@ def test_the_real_cluster_suites_command_lines_parse_and_pass_their_checks(tmp_p
     agent = ["agent", "--node", "n", "--kubeconfig", str(kubeconfig), "--nvml-sim", str(scenario),
              "--interval", "0.5", "--listen", "127.0.0.1:40001"]
 
-    assert settings.from_args(cli.parser().parse_args(extender)).housekeeping_interval == 1
-    assert settings.from_args(cli.parser().parse_args(fabric)).fabric == "http://127.0.0.1:1"
+    assert settings.from_args(cli.parser().parse_args(extender)).cluster.housekeeping_interval == 1
+    assert settings.from_args(cli.parser().parse_args(fabric)).fabric.manager == "http://127.0.0.1:1"
     assert agent_settings.from_args(cli.parser().parse_args(agent)).standalone is False
 
 

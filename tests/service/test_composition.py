@@ -57,7 +57,7 @@ def test_the_embedded_fabric_serves_redfish_until_stopped() -> None:
 
 def test_the_fabric_wiring_started_without_the_simulators_refuses_fabric_embedded() -> None:
     with pytest.raises(fabric_wiring.FabricConfigError, match=r"^--fabric embedded: this command was started "):
-        fabric_wiring.start("embedded", None, None, None, None)  # type: ignore[arg-type]  # refused first
+        fabric_wiring.start("embedded", None, None, None)  # type: ignore[arg-type]  # refused first
 
 
 def test_the_simulated_machine_lives_in_temporary_trees_removed_on_close(tmp_path: Path) -> None:

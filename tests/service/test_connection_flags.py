@@ -14,9 +14,9 @@ def _from(argv: list[str]) -> settings.Settings:
 
 
 def test_defaults() -> None:
-    got = _from([])
+    got = _from([]).limits
     assert (got.max_connections, got.max_connections_per_source, got.write_timeout) == (1000, 256, 30.0)
-    assert not got.probe_bind, "no probe listener unless asked (the manifests ask for 0.0.0.0:8081)"
+    assert not _from([]).server.probe_bind, "no probe listener unless asked (the manifests ask for 0.0.0.0:8081)"
 
 
 @pytest.mark.parametrize("argv", [

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from webhook import cli, errors
-from webhook.adapters.embedded import DEFAULT_POD_TTL
 from webhook.agent import settings as agent_settings
 from webhook.domain.fabric_plan import Timeouts
+from webhook.domain.limits import DEFAULT_MAX_BODY, DEFAULT_MAX_RESPONSE, DEFAULT_POD_TTL
 from webhook.domain.policy import MIN_TTL, Policy
 from webhook.service import settings
 
@@ -192,22 +192,26 @@ ACCEPTED = [
 @pytest.mark.parametrize("argv", ACCEPTED, ids=[" ".join(a) or "(defaults)" for a in ACCEPTED])
 def test_edge_values_are_accepted(argv: list[str], files: dict[str, str]) -> None:
     config = _from([a.format(**files) for a in argv])
-    assert config.workers == 1
+    assert config.server.workers == 1
 
 
 def test_the_defaults_are_the_ones_settings_holds() -> None:
     parsed = _from([])
+    # The two values made at start-up: the TLS directory under $XDG_STATE_HOME, this process's holder name.
+    unmade = dataclasses.replace(parsed, tls=dataclasses.replace(parsed.tls, dir=None),
+                                 cluster=dataclasses.replace(parsed.cluster, holder="h"))
 
-    assert dataclasses.replace(parsed, tls_dir=None, holder="h") == settings.Settings(holder="h")
-    assert parsed.tls_dir == settings.default_tls_dir()
+    assert unmade == settings.Settings(cluster=settings.ClusterSettings(holder="h"))
+    assert parsed.tls.dir == settings.default_tls_dir()
     assert parsed.policy == Policy()
 
 
 def test_the_defaults_come_from_their_owners_not_copies_of_their_numbers() -> None:
     defaults = settings.Settings()
 
-    assert (defaults.attach_timeout, defaults.orphan_grace) == (Timeouts().attach, Timeouts().orphan_grace)
-    assert defaults.pod_ttl == DEFAULT_POD_TTL
+    assert defaults.fabric.timeouts == Timeouts()
+    assert defaults.cluster.pod_ttl == DEFAULT_POD_TTL
+    assert defaults.limits.max_body == DEFAULT_MAX_BODY and defaults.fabric.max_response == DEFAULT_MAX_RESPONSE
 
 
 def test_the_policy_flags_build_the_policy() -> None:

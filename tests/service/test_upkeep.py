@@ -7,16 +7,16 @@ from __future__ import annotations
 import threading
 
 from tests import builders
+from tests.engine.test_requeue import Kept
 from tests.kubefake import eventually
-from tests.state.test_requeue import Kept
 from webhook.adapters import embedded
 from webhook.domain import parsing
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
-from webhook.service.upkeep import Upkeep
-from webhook.state.cluster import ClusterStore
 from webhook.engine.engine import Engine
 from webhook.engine.requeue import Requeuer
+from webhook.service.upkeep import Upkeep
+from webhook.state.cluster import ClusterStore
 
 RACK = "uuid-a.1"
 HOUR = 3600.0

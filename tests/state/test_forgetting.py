@@ -140,8 +140,8 @@ def test_the_ttl_comes_from_serve_pod_ttl() -> None:
 
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser)
-    assert settings.from_args(parser.parse_args(["--pod-ttl", "2.5"])).pod_ttl == 2.5
-    assert settings.from_args(parser.parse_args([])).pod_ttl == embedded.DEFAULT_POD_TTL
+    assert settings.from_args(parser.parse_args(["--pod-ttl", "2.5"])).cluster.pod_ttl == 2.5
+    assert settings.from_args(parser.parse_args([])).cluster.pod_ttl == embedded.DEFAULT_POD_TTL
     backend = embedded.EmbeddedBackend(ClusterStore(Policy()), demo.objects(), "the built-in demo topology", 2.5)
     assert backend.pod_ttl == 2.5
     for bad in ("0", "-3", "inf", "nan"):

@@ -26,18 +26,18 @@ from typing import Any
 
 import yaml
 
+from webhook.adapters.memory import MemoryAttachmentStore, MemoryReservationStore
+from webhook.domain import group_sources
+from webhook.domain.limits import DEFAULT_POD_TTL
 from webhook.domain.model import Pod
+from webhook.engine.ports import EventSink, Nudger
 from webhook.errors import DecisionError, ImexWebhookError
 from webhook.state.cluster import KINDS, ClusterStore
-from webhook.state.attachments import MemoryAttachmentStore
 from webhook.state.forgetting import Forgetting
-from webhook.engine.requeue import Nudger
-from webhook.state.reservations import MemoryReservationStore
 from webhook.state.workload_tables import KINDS as WORKLOAD_KINDS
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POD_TTL = 600.0
 # Expired pods forgotten per request at most: more than the one a request may add, so the backlog shrinks,
 # and a request never pays for a long idle stretch at once.
 FORGET_PER_NOTE = 4
@@ -143,11 +143,14 @@ class EmbeddedBackend:
         self.attachments = MemoryAttachmentStore(store)
         # No scheduler queue to wake: whoever drives the embedded cluster asks again on its own.
         self.nudger: Nudger | None = None
+        self.events: EventSink | None = None  # the decision log
         self.source = source
         by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
         skipped: Counter[str] = Counter()
         for obj in objects:
-            kind = obj["kind"]
+            # A group source's object goes to the table of its API group (webhook.domain.group_sources).
+            table = group_sources.table_for(obj.get("apiVersion"), obj["kind"])
+            kind = table.label if table is not None else obj["kind"]
             if kind in by_kind:
                 by_kind[kind].append(obj)
             else:
@@ -222,6 +225,12 @@ class EmbeddedBackend:
 
     def is_leader(self) -> bool:
         return True  # one process holds the whole embedded cluster
+
+    def watch_health(self) -> dict[str, tuple[float, bool]]:
+        return {}  # files, no watches
+
+    def collectors(self) -> list[object]:
+        return []
 
 
 def _pod_key(obj: dict[str, Any]) -> tuple[str, str]:

@@ -1,9 +1,14 @@
-"""What the agent needs from the API server, as a Protocol: ``webhook.adapters.kube.node_agent.KubeNodeApi``
-implements it over HTTP, ``embedded.MemoryNodeApi`` in memory (the embedded ``serve`` mode), and
-``DryRunNodeApi`` wraps either and prints every change instead of making it.
+"""The node agent's port to the API server: ``NodeApi``, the Protocol of what the agent reads and writes
+(its Node, this node's FabricAttachments, the device-plugin pods), and what goes with it.
 
-Failures are the port's own ``NodeApiError`` (``status`` 0: no answer; 404: gone; 409: a stale
-resourceVersion); each adapter translates its own errors into it.
+``webhook.adapters.kube.node_agent.KubeNodeApi`` implements the port over HTTP; ``webhook.sim.agents``'s
+``MemoryNodeApi`` holds one Node in memory (the embedded ``serve`` mode, and ``agent --nvml-sim`` without an
+API server, handed over by ``webhook.composition``); ``DryRunNodeApi`` here wraps either and prints every
+change instead of making it (``agent --dry-run``). ``allocatable_gpus`` reads a Node as the port returns it.
+
+A failed call raises ``NodeApiError`` (``status`` 0: no answer; 404: gone; 409: a stale resourceVersion),
+re-exported here and defined in ``webhook.errors`` because the adapter that raises it may not import the
+agent; each adapter translates its own errors into it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from webhook.agent.http_server import (
     listening_socket,
 )
 from webhook.agent.loop import Agent
-from webhook.domain.limits import is_loopback
+from webhook.wire.addresses import is_loopback
 from webhook.wire.text import ELLIPSIS, clip
 
 log = logging.getLogger(__name__)

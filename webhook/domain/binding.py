@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from webhook.domain import capacity, filtering, grouping, placement
-from webhook.domain.model import Pod, Reservation, Snapshot
+from webhook.domain.model import Demand, Group, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.wire.fabric_attachment import Attachment, Phase
@@ -17,8 +17,13 @@ class BindPlan:
     already_bound: bool  # "already bound to this node" is success (the scheduler may retry a timed-out bind)
     reservation: Reservation | None  # to store before binding (group pods), domain = the node's domain
     attach_gpus: int  # fabric GPUs to attach before binding (the fabric seam)
-    group_name: str | None
+    group: Group | None = None  # the pod's group as resolved for this plan (None: no group)
+    demand: Demand | None = None  # what one member needs (with a group)
     attachment: Attachment | None = None  # the pod's live attachment on this node, if one is under way
+
+    @property
+    def group_name(self) -> str | None:
+        return self.group.name if self.group is not None else None
 
     @property
     def needs_fabric(self) -> bool:
@@ -35,14 +40,14 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
         raise DecisionError(f"pod {pod.ref} was recreated (uid {pod.uid}, scheduler asked for {uid}); "
                             "the scheduler retries with the new pod")
     if pod.node_name == node_name:
-        return BindPlan(True, None, 0, None)
+        return BindPlan(True, None, 0)
     if pod.node_name:
         raise DecisionError(f"pod {pod.ref} is already bound to node {pod.node_name}, not {node_name}")
     node = snapshot.nodes.get(node_name)
     resolution = grouping.resolve(pod, snapshot.catalog, policy)
     group = resolution.group
     if group is None:
-        return BindPlan(False, None, 0, None)
+        return BindPlan(False, None, 0)
     if resolution.problems:
         raise DecisionError("; ".join(resolution.problems))
     if node is None:
@@ -77,4 +82,4 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
     fit = capacity.node_fit(node, need, snapshot, pod.uid)
     if fit.verdict is not capacity.Verdict.FITS:
         raise DecisionError(f"node {node_name} no longer fits pod {pod.ref}: {fit.reason}")
-    return BindPlan(False, reservation, fit.attach, group.name, own)
+    return BindPlan(False, reservation, fit.attach, group, need, own)

@@ -1,4 +1,4 @@
-"""GPU demand of a pod and what a node (and a domain) can still offer it; README "How it decides".
+"""GPU demand of a pod and what a node (and a domain) can still offer it; docs/ARCHITECTURE.md, "How it decides".
 
 Capacity of a node for a demand = free local GPUs (allocatable minus what bound, non-terminated pods
 hold) plus attachable fabric GPUs (free blocks of the node's fabric zone, up to the node's free slots).

@@ -1,7 +1,7 @@
 """Groups from Kubernetes' gang scheduling and the workload controllers people use (docs/GROUPS.md).
 
 After imex-webhook's own sources (the group annotation, a ComputeDomain, a shared IMEX-channel claim),
-in this order, first match wins:
+in this order (``group_sources.SOURCES``, which lists each source's function here), first match wins:
 
 1. a scheduling.k8s.io PodGroup with the gang policy (``spec.schedulingGroup``, 1.36+), or a gang pod
    group of a 1.35 Workload (``spec.workloadRef``): size = the gang's ``minCount``;
@@ -114,7 +114,10 @@ def _bounded(size: int | None, what: str, max_size: int) -> tuple[int | None, st
     return (size or None), None  # none of its pods is a member: nothing to size the group by
 
 
-def _gang(pod: Pod, refs: WorkloadRefs, catalog: Catalog, max_size: int) -> Candidate | None:
+def gang(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate | None:
+    """The PodGroup (1.36+) or the 1.35 Workload's pod group the pod names, when its policy is the gang."""
+    if not (refs.pod_group or (refs.workload and refs.workload_pod_group)):
+        return None
     ns = pod.namespace
     if refs.pod_group:
         what = f"PodGroup {shown(refs.pod_group)}"
@@ -155,7 +158,10 @@ def _counted(obj: ControllerObject | None, what: str, joins: Member, max_size: i
     return bounded, problem, None
 
 
-def _jobset(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate:
+def jobset(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate | None:
+    """The JobSet of the pod, or its child Job when each child Job has a topology domain of its own."""
+    if not refs.jobset:
+        return None
     ns, name = pod.namespace, refs.jobset
     obj = catalog.controllers.get(("JobSet", ns, name))
     if refs.jobset_exclusive and refs.replicated_job and refs.job_index:
@@ -173,8 +179,9 @@ def _jobset(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_s
                      problem, note)
 
 
-def _lws(pod: Pod, refs: WorkloadRefs, max_size: int) -> Candidate | None:
-    if not refs.lws_group_key:
+def lws(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate | None:
+    """The LeaderWorkerSet group (one leader and its workers) of the pod."""
+    if not refs.lws or not refs.lws_group_key:
         return None  # a worker with neither its group's key nor its leader's name: nothing to group by
     leader = refs.lws_leader or refs.lws
     what = f"LeaderWorkerSet {shown(refs.lws)} group {shown(leader)}"
@@ -183,7 +190,10 @@ def _lws(pod: Pod, refs: WorkloadRefs, max_size: int) -> Candidate | None:
                      what, size, "lws.size", problem)
 
 
-def _training(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate:
+def training(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate | None:
+    """The Kubeflow training job of the pod."""
+    if not refs.training_job:
+        return None
     ns, kind = pod.namespace, refs.training_kind or "TrainingJob"
     what = f"{kind} {shown(refs.training_job)}"
     size, problem, note = _counted(catalog.controllers.get((kind, ns, refs.training_job)), what, joins, max_size)
@@ -192,31 +202,14 @@ def _training(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max
     return Candidate(group, what, size, "trainingJob.replicas", problem, note)
 
 
-def _kueue(pod: Pod, refs: WorkloadRefs, max_size: int) -> Candidate:
+def kueue(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size: int) -> Candidate | None:
+    """The Kueue pod group of the pod."""
+    if not refs.kueue_group:
+        return None
     what = f"Kueue pod group {shown(refs.kueue_group)}"
     size, problem = _count(refs.kueue_total, f"annotation {keys.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION}", max_size)
     return Candidate(_group(f"kueue:{pod.namespace}/{refs.kueue_group}", GroupKind.KUEUE, pod.namespace,
                             refs.kueue_group), what, size, "kueue.totalCount", problem)
-
-
-def candidates(pod: Pod, catalog: Catalog, joins: Member, max_size: int) -> list[Candidate]:
-    """Every group the gang API and the controllers put the pod in, first in the order first; ``joins``
-    tells which of a controller's pods count in its size."""
-    refs = pod.workload
-    if refs is None:
-        return []
-    found: list[Candidate | None] = []
-    if refs.pod_group or (refs.workload and refs.workload_pod_group):
-        found.append(_gang(pod, refs, catalog, max_size))
-    if refs.jobset:
-        found.append(_jobset(pod, refs, catalog, joins, max_size))
-    if refs.lws:
-        found.append(_lws(pod, refs, max_size))
-    if refs.training_job:
-        found.append(_training(pod, refs, catalog, joins, max_size))
-    if refs.kueue_group:
-        found.append(_kueue(pod, refs, max_size))
-    return [c for c in found if c is not None]
 
 
 def describe(group: Group) -> str:

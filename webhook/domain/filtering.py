@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from webhook.domain import candidates as candidates_
 from webhook.domain import capacity, grouping, placement
@@ -37,14 +38,22 @@ class Context:
         return self.resolution.group
 
 
+# What a /filter decision came to, as the decisions metric and the decision log label it:
+# pass-through (not a group pod) | placed (some node passed) | no-fit (in the domain, none fits) |
+# no-domain (no domain can host the group) | invalid-group (the group's definition is inconsistent).
+FilterResult = Literal["pass-through", "placed", "no-fit", "no-domain", "invalid-group"]
+# The same, except a pod outside any group: not-a-group | placed | no-fit | no-domain | invalid-group.
+FilterReasonClass = Literal["not-a-group", "placed", "no-fit", "no-domain", "invalid-group"]
+
+
 @dataclass(frozen=True, slots=True)
 class FilterOutcome:
     passed: tuple[str, ...]
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     context: Context | None = None
-    outcome: str = "pass-through"  # pass-through | placed | no-domain | invalid-group
-    reason_class: str = "not-a-group"
+    outcome: FilterResult = "pass-through"
+    reason_class: FilterReasonClass = "not-a-group"
 
 
 def current_reservation(group: Group, snapshot: Snapshot, proposals: Mapping[str, Reservation],
@@ -156,7 +165,7 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
             failed[name] = reason
         else:
             unresolvable[name] = reason
-    outcome = "placed" if passed else "no-fit"
+    outcome: Literal["placed", "no-fit"] = "placed" if passed else "no-fit"
     return FilterOutcome(tuple(passed), failed, unresolvable, ctx, outcome, outcome)
 
 
@@ -178,7 +187,7 @@ def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_u
     return fit.verdict, fit.reason
 
 
-def _all_fail(candidates: Sequence[str], ctx: Context, outcome: str, reason_class: str,
+def _all_fail(candidates: Sequence[str], ctx: Context, outcome: FilterResult, reason_class: FilterReasonClass,
               unresolvable: bool) -> FilterOutcome:
     reasons = {name: ctx.reason for name in candidates}
     if unresolvable:

@@ -4,8 +4,8 @@ Identity, first match wins: the ``imex-webhook.io/group`` annotation; the Comput
 through the pod's ResourceClaimTemplate or ResourceClaim; the UID of a shared ResourceClaim that asks
 for an IMEX channel device class. Contradictions (two ComputeDomains, an annotation that disagrees with
 the ComputeDomain) are reported as problems, never silently resolved. After these, Kubernetes' gang
-scheduling and the workload controllers (JobSet, LeaderWorkerSet, Kubeflow, Kueue) name groups and sizes
-(``controller_groups``, docs/GROUPS.md).
+scheduling and the workload controllers (JobSet, LeaderWorkerSet, Kubeflow, Kueue) name groups and sizes,
+in the order of ``group_sources.SOURCES`` (``controller_groups``, docs/GROUPS.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from webhook.domain import controller_groups, keys
+from webhook.domain import controller_groups, group_sources, keys
 from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import (
     Catalog,
@@ -199,8 +199,8 @@ def _from_controllers(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolu
     if pod.workload is None or not controller_groups.asks(pod.gpu_limit, pod.claims, pod.namespace, catalog,
                                                           policy):
         return None  # only pods that ask for GPUs or an IMEX channel are members
-    found = controller_groups.candidates(pod, catalog, controller_groups.member(pod.namespace, catalog, policy),
-                                         MAX_GROUP_SIZE)
+    found = group_sources.candidates(pod, catalog, controller_groups.member(pod.namespace, catalog, policy),
+                                     MAX_GROUP_SIZE)
     if not found:
         return None
     first = found[0]
@@ -231,7 +231,7 @@ def _with_controllers(pod: Pod, catalog: Catalog, policy: Policy, group: Group, 
         joins = controller_groups.shares_claim(group.name)
     else:
         joins = controller_groups.member(pod.namespace, catalog, policy)
-    found = controller_groups.candidates(pod, catalog, joins, MAX_GROUP_SIZE)
+    found = group_sources.candidates(pod, catalog, joins, MAX_GROUP_SIZE)
     if source in ("unknown", "job.parallelism") and keys.GROUP_SIZE_ANNOTATION not in pod.annotations:
         lender = next((c for c in found if c.size is not None and not c.problem and not c.waiting), None)
         if lender is not None:

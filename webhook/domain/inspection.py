@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.domain import figures
 from webhook.domain import inspection_detail as detail
-from webhook.domain.capacity import attachable, free_local
+from webhook.domain.capacity import free_local
 from webhook.domain.filtering import live_reservations
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -39,17 +40,15 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
     domains = []
     for name, node_names in sorted(snapshot.domains.items()):
         nodes = [snapshot.nodes[n] for n in node_names if n in snapshot.nodes]
-        zones = sorted({n.fabric_zone for n in nodes if n.fabric_zone})
+        gpus = figures.gpus_of(nodes, snapshot)
         domains.append({
             "domain": name,
             "label": nodes[0].domain_key if nodes else None,
             "nodes": len(nodes),
-            "gpus": sum(n.gpus for n in nodes),
-            "freeGpus": sum(free_local(n, snapshot) for n in nodes),
-            "attachableGpus": sum(min(snapshot.fabric_free.get(z, 0),
-                                      sum(attachable(n, snapshot) for n in nodes if n.fabric_zone == z))
-                                  for z in zones),
-            "fabricZones": zones,
+            "gpus": gpus.total,
+            "freeGpus": gpus.free,
+            "attachableGpus": gpus.attachable,
+            "fabricZones": sorted({n.fabric_zone for n in nodes if n.fabric_zone}),
             "idleNodes": sum(1 for n in nodes if n.gpus and free_local(n, snapshot) == n.gpus),
             "heldByComputeDomain": sorted({n.name for n in nodes if n.compute_domain}),
             "kind": detail.domain_kind(nodes[0].domain_key if nodes else None, nodes),

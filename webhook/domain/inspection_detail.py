@@ -11,15 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain import grouping, keys, placement
+from webhook.domain import domain_kinds, grouping, placement
 from webhook.domain.capacity import IN_FLIGHT, free_local
 from webhook.domain.model import Group, Member, Node, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.wire.fabric_attachment import Phase
-
-NVLINK = "nvlink"  # a multi-node NVLink clique (nvidia.com/gpu.clique): trays of one rack
-FABRIC = "fabric"  # a composable pool (imex-webhook.io/fabric-zone): nodes that take GPUs from the fabric
-OTHER = "other"  # a domain label the operator configured; drawn as plain nodes
 
 # Computing why a group without a domain waits costs a pass over every domain; past this many such
 # groups in one answer the rest say so instead, so /inspect stays cheap on a crowded cluster (each costs
@@ -27,12 +23,7 @@ OTHER = "other"  # a domain label the operator configured; drawn as plain nodes
 MAX_REASONED = 16
 
 
-def domain_kind(label: str | None, nodes: Sequence[Node]) -> str:
-    if label == keys.CLIQUE_LABEL:
-        return NVLINK
-    if label == keys.FABRIC_ZONE_LABEL or (nodes and all(n.fabric_zone for n in nodes)):
-        return FABRIC
-    return OTHER
+domain_kind = domain_kinds.kind_of  # what kind of domain a domain is: one table names them all
 
 
 def node_detail(node: Node, snapshot: Snapshot, by_group: Mapping[str, int]) -> dict[str, Any]:

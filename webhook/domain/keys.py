@@ -6,6 +6,7 @@ driver and GPU Feature Discovery (labels they write), and with our own node agen
 
 from __future__ import annotations
 
+from webhook.domain import domain_kinds
 from webhook.wire import PREFIX as PREFIX
 from webhook.wire import gpu_inventory
 
@@ -18,10 +19,11 @@ GROUP_LABEL = f"{PREFIX}/group"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
 GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at admission
 
-# Node labels: the first key present names the node's domain (README "How it decides").
-CLIQUE_LABEL = "nvidia.com/gpu.clique"  # "<clusterUUID>.<cliqueID>", written by GFD or our agent
-FABRIC_ZONE_LABEL = f"{PREFIX}/fabric-zone"
-DEFAULT_DOMAIN_LABELS: tuple[str, ...] = (CLIQUE_LABEL, FABRIC_ZONE_LABEL)
+# Node labels: the first key present names the node's domain (docs/ARCHITECTURE.md, "How it decides").
+# Each is defined with its kind of domain (``domain_kinds``); these names stay for their many readers.
+CLIQUE_LABEL = domain_kinds.NVLINK.label  # "<clusterUUID>.<cliqueID>", written by GFD or our agent
+FABRIC_ZONE_LABEL = domain_kinds.FABRIC.label
+DEFAULT_DOMAIN_LABELS: tuple[str, ...] = domain_kinds.DEFAULT_LABELS
 # Project-owned copy of the node's domain (the value of the first domain label present), written by the
 # extender's node domain labeller. The pod affinity and node requirement added at admission use this key,
 # because kube-scheduler's InterPodAffinity rejects every node that lacks a required term's topologyKey:

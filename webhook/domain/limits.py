@@ -1,12 +1,13 @@
-"""Bounds on what one request may carry beyond Kubernetes' own string limits (``webhook.wire.fields``), and
-a URL never shown with its credentials. docs/HARDENING.md lists them with what a client gets back.
+"""Bounds on what a peer may make us hold: what one request may carry beyond Kubernetes' own string limits
+(``webhook.wire.fields``), what one Redfish reply may carry, and how long the embedded mode remembers a pod
+no watch tells it about. docs/HARDENING.md lists them with what a client gets back.
+
+The defaults of ``serve``'s ``--max-body``, ``--fabric-max-response`` and ``--pod-ttl`` live here, below
+the web layer, the Redfish client and the embedded cluster that apply them, so that reading ``serve``'s
+settings (every ``--help`` shows them) loads none of those.
 """
 
 from __future__ import annotations
-
-import ipaddress
-import posixpath
-import re
 
 from webhook.wire.fields import NAME_MAX
 
@@ -14,6 +15,12 @@ from webhook.wire.fields import NAME_MAX
 # NodeList mode echoes the nodes it was sent. Real Kubernetes objects stay under 20.
 MAX_DEPTH = 254
 GROUP_NAME_MAX = NAME_MAX  # the imex-webhook.io/group annotation: becomes part of the group's identity
+
+# The largest body of the shipped profile (nodeCacheCapable: true): an ExtenderArgs naming 20,000 nodes (about
+# 1.3 MB) with a pod as etcd can hold it (1.5 MiB), with room to spare. Decoding costs up to 16x the body
+# (webhook.http.common), so the default keeps a worker's spike near 256 MiB. kube-scheduler's full NodeList
+# mode (nodeCacheCapable: false) sends every Node, 25-40 MiB at 5,000 nodes: such a deployment raises it.
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
 
 # Per-route body limits, sized from what the real peer sends (docs/HARDENING.md, "Input limits"): one
 # AdmissionReview of a Pod is bounded by kube-apiserver's own request limit (MaxRequestBodyBytes, 3 MiB);
@@ -24,22 +31,14 @@ MUTATE_MAX_BODY = 3 * 1024 * 1024
 SMALL_MAX_BODY = 64 * 1024
 LARGE_BODY_PATHS = frozenset({"/filter", "/prioritize", "/preempt"})
 
+# The largest Redfish reply body read (webhook.adapters.redfish.limits): an expanded 1,000-block collection
+# is a few MiB.
+DEFAULT_MAX_RESPONSE = 16 * 1024 * 1024
 
-def is_loopback(address: str | None) -> bool:
-    """Whether a peer address is this host's (or, in a pod, this pod's) own: 127.0.0.0/8, ::1, or an
-    IPv4-mapped loopback address. The node agent's /gpus and the extender's map answer such peers."""
-    try:
-        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped.is_loopback
-    return ip.is_loopback
-
-
-def normalized(path: str) -> str:
-    """``//filter/``, ``/./filter`` and ``/filter`` are one path to a router that merges slashes."""
-    return posixpath.normpath("/" + path.lstrip("/")) if path else "/"
+# Seconds an unbound pod learnt from requests stays in the embedded cluster after the last request naming
+# it (webhook.adapters.embedded): kube-scheduler names a pending pod again at every retry, at most 5 minutes
+# apart, so only pods it gave up on are forgotten.
+DEFAULT_POD_TTL = 600.0
 
 
 def body_limit(path: str, max_body: int) -> int:
@@ -47,22 +46,3 @@ def body_limit(path: str, max_body: int) -> int:
     if path in LARGE_BODY_PATHS:
         return max_body
     return min(MUTATE_MAX_BODY if path == "/mutate" else SMALL_MAX_BODY, max_body)
-
-
-# scheme://userinfo@: the userinfo runs to the last "@" before white space, as URL parsers take the last.
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s@]*@")
-REDACTED = "***"
-
-
-def redact_url(url: str) -> str:
-    """``url`` without the user and password of its userinfo (``https://***@host/...``); a URL without
-    userinfo is returned as it is. A password may hold "/" or "@" unescaped: all up to the last "@" goes."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    return f"{scheme}://{REDACTED}@{rest.rpartition('@')[2]}"
-
-
-def redact_urls(text: str) -> str:
-    """Every URL's userinfo in free text (a log line, a readiness detail) replaced by ``***``."""
-    return _URL_USERINFO.sub(rf"\1{REDACTED}@", text) if "@" in text else text

@@ -3,12 +3,12 @@
 The admission webhook keeps a group together with a required pod affinity whose ``topologyKey`` is
 ``keys.DOMAIN_LABEL``, and requires that key on the node. kube-scheduler's InterPodAffinity filter
 rejects every node that lacks a required term's ``topologyKey`` (even for a group's first pod), so the
-key must be on every node of every domain, cliques (``nvidia.com/gpu.clique``) and fabric zones
-(``imex-webhook.io/fabric-zone``) alike, with the domain as its value. The extender's node domain
-labeller (``webhook.adapters.kube.node_labels``) writes it from these functions; they are pure.
+key must be on every node of every domain, whatever its kind (``webhook.domain.domain_kinds``: cliques
+and fabric zones alike), with the domain as its value. The extender's node domain labeller
+(``webhook.adapters.kube.node_labels``) writes it from these functions; they are pure.
 
-The value is the node's domain exactly as the extender compares it (``parsing.node_domain``: the value
-of the first ``--domain-label`` present), so the scheduler's notion of "same domain" and ours agree. A
+The value is the node's domain exactly as the extender compares it (``domain_kinds.node_domain``: the
+value of the first ``--domain-label`` present), so the scheduler's notion of "same domain" and ours agree. A
 node in no domain must not carry the label: it is removed (``null`` in the merge patch).
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.domain import keys, parsing
+from webhook.domain import domain_kinds, keys, parsing
 from webhook.domain.model import Node
 from webhook.domain.policy import Policy
 
@@ -67,5 +67,5 @@ def state_of(obj: Any, policy: Policy, path: str = "node") -> LabelState:
     Reads only the name, resourceVersion and labels, so a node with an unrelated malformed field (a bad
     quantity, say) still gets its label; a Node whose labels themselves are malformed raises ``WireError``."""
     name, version, labels = parsing.node_labels(obj, path)
-    domain, _ = parsing.node_domain(labels, policy.domain_labels)
+    domain, _ = domain_kinds.node_domain(labels, policy.domain_labels)
     return LabelState(name, version, domain, labels.get(DOMAIN_LABEL))

@@ -14,7 +14,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from webhook.domain import keys, workload_refs
+from webhook.domain import domain_kinds, keys, workload_refs
 from webhook.domain import quantity as quantities
 from webhook.domain.model import (
     ClaimSpec,
@@ -61,16 +61,6 @@ def count(value: Any, path: str) -> int:
     return int(number)
 
 
-def node_domain(labels: Mapping[str, str], domain_labels: Sequence[str]) -> tuple[str | None, str | None]:
-    """(domain, the label it came from): the value of the first domain label present and not empty.
-
-    ``imex-webhook.io/domain`` (``keys.DOMAIN_LABEL``) is only a copy of this value for kube-scheduler's
-    sake: it is never read here, so a node whose copy is missing or stale (not written yet, or written by
-    an older configuration) is in the same domain as one whose copy is right, in every mode."""
-    key = next((k for k in domain_labels if labels.get(k)), None)
-    return (labels[key], key) if key else (None, None)
-
-
 def node_labels(obj: Any, path: str = "node") -> tuple[str, str, dict[str, str]]:
     """(name, resourceVersion, labels) of a Node: all the node domain labeller reads of it."""
     obj = _map(obj, path)
@@ -90,7 +80,7 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
         raise WireError(f"{path}.metadata.name", "missing")
     labels = _labels(meta.get("labels"), f"{path}.metadata.labels")
     annotations = _annotations(meta.get("annotations"), f"{path}.metadata.annotations")
-    domain, domain_key = node_domain(labels, domain_labels)
+    domain, domain_key = domain_kinds.node_domain(labels, domain_labels)
     status = _map(obj.get("status"), f"{path}.status")
     allocatable = _map(status.get("allocatable"), f"{path}.status.allocatable")
     gpus = count(allocatable.get(keys.GPU_RESOURCE, 0), f"{path}.status.allocatable[{keys.GPU_RESOURCE}]")

@@ -1,4 +1,4 @@
-"""Choosing one domain for a whole group (README "How it decides").
+"""Choosing one domain for a whole group (docs/ARCHITECTURE.md, "How it decides").
 
 Only domains that can host every remaining member count; among them the best fit (least capacity left
 over) wins so that large domains stay whole, then the one needing fewer fabric attaches, then the

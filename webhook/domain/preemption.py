@@ -41,11 +41,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from webhook.domain import capacity, filtering, grouping, placement
 from webhook.domain.filtering import Context
 from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
+
+# What a /preempt decision came to, as the decisions metric and the decision log label it:
+# pass-through (not a group pod) | kept (some candidate kept) | none-kept (no candidate lies where the group
+# may go, or the domain could not be reserved) | no-domain (none can host the group, even after evictions) |
+# invalid-group (the group's definition is inconsistent).
+PreemptResult = Literal["pass-through", "kept", "none-kept", "no-domain", "invalid-group"]
+# Where the domain came from: reserved (stored) | proposed (by an earlier /filter) | chosen (now) |
+# chosen-after-eviction (only once the victims are gone) | reserve-failed (that choice could not be stored,
+# webhook.engine.preempt); or, without a domain: not-a-group | no-domain | invalid-group.
+PreemptReasonClass = Literal["not-a-group", "reserved", "proposed", "chosen", "chosen-after-eviction",
+                             "reserve-failed", "no-domain", "invalid-group"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +65,8 @@ class PreemptOutcome:
     kept: tuple[str, ...]  # candidate nodes the pod may evict on, in the order they were sent
     dropped: dict[str, str] = field(default_factory=dict)  # node -> why not
     context: Context | None = None  # the group and domain the decision rests on (None: not a group pod)
-    outcome: str = "pass-through"  # pass-through | kept | none-kept | no-domain | invalid-group
-    reason_class: str = "not-a-group"  # where the domain came from: reserved | proposed | chosen | ...
+    outcome: PreemptResult = "pass-through"
+    reason_class: PreemptReasonClass = "not-a-group"
 
 
 def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[str, Pod], snapshot: Snapshot,
@@ -72,6 +84,7 @@ def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[
     if ctx.resolution.problems:
         return _none_kept(candidates, ctx, "invalid-group")
     after = without_victims(snapshot, candidates, victims, policy)
+    source: PreemptReasonClass
     if ctx.proposal is not None:
         source = "chosen"
     elif ctx.reservation is not None:
@@ -162,5 +175,6 @@ def without_victims(snapshot: Snapshot, candidates: Mapping[str, Sequence[str]],
                    node_compute_domains=node_cds, members={g: ms for g, ms in members.items() if ms})
 
 
-def _none_kept(candidates: Mapping[str, Sequence[str]], ctx: Context, outcome: str) -> PreemptOutcome:
+def _none_kept(candidates: Mapping[str, Sequence[str]], ctx: Context,
+               outcome: Literal["no-domain", "invalid-group"]) -> PreemptOutcome:
     return PreemptOutcome((), {name: ctx.reason for name in candidates}, ctx, outcome, outcome)

@@ -165,8 +165,3 @@ def training_job(obj: Any, kind: str, path: str = "") -> ControllerObject | None
         parts.append(Replicas(name=str(replica_type), replicas=replicas, pods_each=1,
                               template=_template(raw.get("template"), f"{rpath}.template")))
     return ControllerObject(kind, namespace, name, uid, tuple(parts), "; ".join(problems) or None)
-
-
-def controller(kind: str, obj: Any) -> ControllerObject | None:
-    """A JobSet or a training job of ``kind``; ``None`` when the object is of another API group."""
-    return jobset(obj) if kind == "JobSet" else training_job(obj, kind)

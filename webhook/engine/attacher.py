@@ -3,7 +3,7 @@
 The attachment object is written *before* each fabric call (intent first: ``Composing`` with the block
 ids), so a crash at any point leaves a record the reconciler can finish or roll back, and a retried bind
 (the scheduler retries when we answer with an Error) continues the same attachment instead of starting
-another. Adapters come in through the ports of ``webhook.state.attachments``: the attachment store (the API
+another. Adapters come in through the ports of ``webhook.engine.ports``: the attachment store (the API
 server, or memory in embedded mode) and the fabric manager (``webhook.adapters.redfish.fabric``).
 """
 
@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from webhook.domain.fabric_plan import since
 from webhook.domain.model import Node, Pod
-from webhook.errors import DecisionError, StoreConflict
-from webhook.state.attachments import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer
+from webhook.engine.ports import AttachmentStore, FabricManager, NoObserver, Observer
+from webhook.errors import DecisionError, FabricFailure, StoreConflict
 from webhook.wire import fabric_attachment as fa
 from webhook.wire.fabric_attachment import Attachment, Block, Phase
 from webhook.wire.timestamps import rfc3339
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class FabricAttacher:
     """The engine's Attacher: implements attach-before-bind on top of a Fabric and an AttachmentStore."""
 
-    def __init__(self, store: AttachmentStore, fabric: Fabric, observer: Observer | None = None,
+    def __init__(self, store: AttachmentStore, fabric: FabricManager, observer: Observer | None = None,
                  clock: Callable[[], float] = time.time, poll: float = 0.01,
                  sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic) -> None:

@@ -14,85 +14,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from webhook.domain import grouping
 from webhook.domain.filtering import Context
 from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
+from webhook.engine.occurrences import (
+    DOMAIN_RESERVED,
+    FABRIC_ATTACH_FAILED,
+    FABRIC_ATTACH_STARTED,
+    FABRIC_ATTACHED,
+    NO_DOMAIN_FITS,
+    RESERVATION_EXPIRED,
+    RESERVATION_RELEASED,
+    Occurrence,
+    Reason,
+    domain_ref,
+    pod_ref,
+)
+from webhook.engine.ports import EventSink
 from webhook.wire.fabric_attachment import Phase
 
 log = logging.getLogger("imex_webhook.decisions.events")
-
-NORMAL, WARNING = "Normal", "Warning"
-
-
-@dataclass(frozen=True, slots=True)
-class Reason:
-    name: str  # the Event's reason: what `kubectl describe` shows in its Reason column
-    type: str  # Normal | Warning
-    action: str  # what was done or tried (machine-readable; part of the aggregation key)
-
-
-DOMAIN_RESERVED = Reason("DomainReserved", NORMAL, "ReserveDomain")
-NO_DOMAIN_FITS = Reason("NoDomainFits", WARNING, "ReserveDomain")
-RESERVATION_EXPIRED = Reason("ReservationExpired", WARNING, "ReleaseReservation")
-RESERVATION_RELEASED = Reason("ReservationReleased", NORMAL, "ReleaseReservation")
-FABRIC_ATTACH_STARTED = Reason("FabricAttachStarted", NORMAL, "AttachFabricGPUs")
-FABRIC_ATTACHED = Reason("FabricAttached", NORMAL, "AttachFabricGPUs")
-FABRIC_ATTACH_FAILED = Reason("FabricAttachFailed", WARNING, "AttachFabricGPUs")
-REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
-           FABRIC_ATTACHED, FABRIC_ATTACH_FAILED)
-
-# Why an occurrence never became an Event (label values of imex_webhook_events_dropped_total).
-DROP_REASONS = ("queue-full", "rate-limited", "rejected", "unavailable")
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectRef:
-    """The object an Event is about (an ObjectReference without resourceVersion and fieldPath)."""
-
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name}"
-
-
-def pod_ref(pod: Pod) -> ObjectRef:
-    return ObjectRef("v1", "Pod", pod.namespace, pod.name, pod.uid)
-
-
-def domain_ref(cd: ComputeDomain) -> ObjectRef:
-    return ObjectRef("resource.nvidia.com/v1beta1", "ComputeDomain", cd.namespace, cd.name, cd.uid)
-
-
-@dataclass(frozen=True, slots=True)
-class Occurrence:
-    """One thing that happened to one object."""
-
-    reason: Reason
-    note: str
-    regarding: ObjectRef
-    related: ObjectRef | None = None
-
-
-@runtime_checkable
-class EventSink(Protocol):
-    def record(self, occurrence: Occurrence) -> None:
-        """Take the occurrence, or drop it and count why; return at once, never raise."""
-        ...
-
-    def dropped(self) -> Mapping[str, int]:
-        """Occurrences dropped so far, by one of ``DROP_REASONS``."""
-        ...
-
 
 class LogEvents:
     """Embedded mode: each occurrence is one line of the decision log."""
@@ -106,13 +50,6 @@ class LogEvents:
 
     def dropped(self) -> Mapping[str, int]:
         return {}
-
-
-def sink_of(carrier: object) -> EventSink:
-    """The sink a backend's part carries (Kubernetes mode: the binder carries the API server's recorder),
-    else the decision log."""
-    found = getattr(carrier, "events", None)
-    return found if isinstance(found, EventSink) else LogEvents()
 
 
 def _group_text(res: Reservation) -> str:

@@ -1,7 +1,7 @@
 """Housekeeping: release reservations whose group is gone or that expired with no member placed, and drop
-dead domain promises (``webhook.state.reservations``).
+dead domain promises (``webhook.engine.choices``).
 
-It runs whenever the caches change (``webhook.service.workers``) and on a timer, so a group that ended
+It runs whenever the caches change (``webhook.service.upkeep``) and on a timer, so a group that ended
 frees its domain at once: a group whose members this replica saw placed and then saw all deleted or
 finished (``Snapshot.ended_groups``) is released on the watch event that removed its last member.
 
@@ -14,44 +14,40 @@ up in every replica's pod cache well within that.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from webhook.domain.model import Snapshot
 from webhook.domain.placement import members_summary
-from webhook.errors import StoreConflict
+from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
-
-if TYPE_CHECKING:
-    from webhook.engine.engine import Engine
+from webhook.errors import StoreConflict
 
 GRACE = 30.0  # seconds; see the module docstring
 ENDED = "every member of the group has finished or was deleted"
 
 
-def housekeep(engine: Engine, prune: bool = True) -> list[tuple[str, str]]:
+def housekeep(core: Core, prune: bool = True) -> list[tuple[str, str]]:
     """Nothing while the caches are loading: a group whose pods are not listed yet looks gone."""
-    why = engine.loading()
+    why = core.loading()
     if why is not None:
         if prune:  # the timed round says so; the rounds on each change while loading would repeat it
             log.info("housekeeping waits: %s", why)
         return []
-    now = engine.clock()
-    snapshot = engine.snapshot()
+    now = core.clock()
+    snapshot = core.snapshot()
     released = []
-    for group_id, why in stale_reservations(snapshot, now, engine.policy.reservation_ttl):
+    for group_id, why in stale_reservations(snapshot, now, core.policy.reservation_ttl):
         try:
-            engine.reservations.release(group_id)
+            core.reservations.release(group_id)
         except StoreConflict as exc:
             log.info("reservation %s changed while releasing it (%s); checked again next round", group_id, exc)
             continue
         released.append((group_id, why))
         decision_log("release", group_id, reason=why)
-        engine.report.released(snapshot.reservations[group_id], why, snapshot, now)
+        core.report.released(snapshot.reservations[group_id], why, snapshot, now)
     # Ended groups whose reservation is gone (released above, or by another replica) need no more tracking.
-    handled = [g for g in snapshot.ended_groups if g not in engine.reservations.all()]
+    handled = [g for g in snapshot.ended_groups if g not in core.reservations.all()]
     if handled:
-        engine.store.forget_ended(handled)
-    dropped = engine.reservations.prune(lambda p: engine.live(p, engine.clock())) if prune else 0
+        core.store.forget_ended(handled)
+    dropped = core.reservations.prune(lambda p: core.choices.live(p, core.clock())) if prune else 0
     if dropped:
         log.info("dropped %d dead domain promises", dropped)
     return released

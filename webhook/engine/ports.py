@@ -1,15 +1,209 @@
-"""What the service needs from wherever cluster state comes from (embedded files or a Kubernetes API)."""
+"""The engine's ports: everything it needs from the world, in one place.
+
+Each port is a Protocol an adapter implements (Kubernetes mode: ``webhook.adapters.kube``; the fabric
+manager: ``webhook.adapters.redfish``; embedded mode: ``webhook.adapters.embedded`` and the in-memory
+stores of ``webhook.state``). A capability that one mode lacks is part of the port all the same, answered
+with an explicit "nothing" (``None``, an empty mapping, a null object next to the port), never found out
+with ``getattr``: a second fabric manager, or another cluster source, is one adapter package that
+implements these and one line of wiring.
+
+- ``Backend``: where cluster state comes from, and the stores and sinks that go with it.
+- ``ReservationStore`` (with the ``Arbiter`` it consults) and ``AttachmentStore``: the two records the
+  engine writes.
+- ``Binder``: creates bindings. ``Attacher``: attach-before-bind (``webhook.engine.attacher`` implements it
+  over a ``FabricManager``). ``Nudger``: makes kube-scheduler retry a pod. ``EventSink``: Events.
+- ``Observer``: who counts fabric attaches and clean-ups (``/metrics``).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from webhook.domain.model import Pod
-from webhook.engine.bind import Binder
+from webhook.domain.model import Node, Pod, Reservation
+from webhook.engine.occurrences import Occurrence
+from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
-from webhook.state.attachments import AttachmentStore
-from webhook.engine.requeue import Nudger
-from webhook.state.reservations import ReservationStore
+from webhook.wire.fabric_attachment import Attachment, Block
+
+# -- the records the engine writes ----------------------------------------------------------------------
+
+
+class Arbiter(Protocol):
+    """The engine's judgement, handed to the store for the moment it records a promise
+    (``webhook.engine.choices`` explains the protocol)."""
+
+    def live(self, promise: Reservation) -> bool:
+        """Whether a recorded promise still holds capacity."""
+        ...
+
+    def fits(self, promises: Mapping[str, Reservation]) -> bool:
+        """Whether the domain still hosts the group next to these live promises of other groups."""
+        ...
+
+
+class ReservationStore(Protocol):
+    @property
+    def synced(self) -> bool:
+        """Whether the store's initial list has arrived (always true in memory)."""
+        ...
+
+    def all(self) -> Mapping[str, Reservation]:
+        """Every stored reservation by group id, from the cache (no API call)."""
+        ...
+
+    def promises(self) -> Mapping[str, Mapping[str, Reservation]]:
+        """Every domain's ledger: promises by group id, live or not, from the cache (no API call)."""
+        ...
+
+    def reserve(self, proposal: Reservation, arbiter: Arbiter | None = None) -> Reservation:
+        """Promise ``proposal.domain`` to the group, then store the reservation; return the one that holds.
+
+        A group that already has a reservation keeps it (it is returned, whatever its domain). Two replicas
+        racing for one group agree: exactly one create succeeds and the loser gets the winner's
+        reservation back. Raises ``DomainFull`` when ``arbiter`` finds no room next to the domain's latest
+        promises, ``DecisionError`` (a reason for the scheduler's events) when the store cannot be written.
+        """
+        ...
+
+    def placed(self, group_id: str, when: float) -> None:
+        """Record that a member was bound (keeps the reservation from expiring)."""
+        ...
+
+    def release(self, group_id: str) -> None:
+        ...
+
+    def prune(self, live: Callable[[Reservation], bool]) -> int:
+        """Drop the dead promises of every ledger; returns how many were dropped."""
+        ...
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change of the reservations from now on (it must not block)."""
+        ...
+
+
+class AttachmentStore(Protocol):
+    def all(self) -> list[Attachment]: ...
+
+    def get(self, name: str) -> Attachment | None: ...
+
+    def create(self, att: Attachment) -> Attachment:
+        """Raise StoreConflict when it exists already."""
+        ...
+
+    def update(self, att: Attachment) -> Attachment:
+        """Write spec and status guarded by ``att.version``; raise StoreConflict when it changed."""
+        ...
+
+    def delete(self, att: Attachment) -> None:
+        """Remove the finalizer and the object."""
+        ...
+
+
+# -- what the engine asks others to do -------------------------------------------------------------------
+
+
+class Binder(Protocol):
+    def read_pod(self, namespace: str, name: str) -> Pod | None:
+        """A fresh read for a pod the cache does not have (the bind path may call the API)."""
+        ...
+
+    def bind(self, pod: Pod, node: str) -> None:
+        """Create the binding (UID precondition); raise DecisionError with the reason on failure."""
+        ...
+
+
+class Attacher(Protocol):
+    """Attach ``gpus`` fabric GPUs to ``node`` for ``pod`` before it binds (``deadline``: wall time)."""
+
+    def attach(self, pod: Pod, node: Node, gpus: int, deadline: float) -> None:
+        ...
+
+
+class NoFabric:
+    """The ``Attacher`` when no fabric manager is configured: a pod that needs attached GPUs cannot bind."""
+
+    def attach(self, pod: Pod, node: Node, gpus: int, deadline: float) -> None:
+        raise DecisionError(
+            f"pod {pod.ref} needs {gpus} fabric GPUs attached to node {node.name}, but no fabric manager "
+            "is configured (serve --fabric)"
+        )
+
+
+class FabricManager(Protocol):
+    """A fabric manager that composes GPU blocks to systems (Redfish: ``webhook.adapters.redfish``).
+
+    Failures raise ``FabricFailure``; a deadline that ran out while an operation may still be running
+    raises ``TimeoutError`` (the attacher then reports "still composing" and the next bind continues).
+    ``deadline`` values are ``time.monotonic()`` readings."""
+
+    def ready(self) -> tuple[bool, str]:
+        """For /readyz: whether the inventory was read at least once, and from where."""
+        ...
+
+    def free_per_zone(self) -> dict[str, int]: ...
+
+    def free_blocks(self, zone: str, deadline: float | None = None) -> list[Block]:
+        """The zone's free blocks, read fresh; ``deadline`` bounds the reads (TimeoutError)."""
+        ...
+
+    def system_for(self, node: str, annotation: str | None, deadline: float | None = None) -> str:
+        """The fabric's system for ``node``: the node's ``imex-webhook.io/redfish-system`` annotation when
+        it has one, else found by name."""
+        ...
+
+    def attach(self, system: str, block_ids: list[str], deadline: float) -> list[Block]:
+        """Compose the blocks (never twice); on failure nothing from this call stays composed."""
+        ...
+
+    def detach(self, system: str, block_ids: list[str], deadline: float) -> None: ...
+
+    def composed(self) -> dict[str, set[str]]:
+        """System -> ids of the blocks composed to it."""
+        ...
+
+    def feed(self, store: ClusterStore, interval: float) -> None:
+        """Keep the store's free blocks per zone current (a background thread until ``stop``)."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+class Nudger(Protocol):
+    """Makes kube-scheduler try a pod again (Kubernetes mode: ``webhook.adapters.kube.nudges``)."""
+
+    def nudge(self, pod: Pod, message: str, now: float) -> None:
+        """Raises an ``ImexWebhookError`` naming the pod when it cannot; a pod that is gone is no error."""
+        ...
+
+
+class EventSink(Protocol):
+    def record(self, occurrence: Occurrence) -> None:
+        """Take the occurrence, or drop it and count why; return at once, never raise."""
+        ...
+
+    def dropped(self) -> Mapping[str, int]:
+        """Occurrences dropped so far, by one of ``occurrences.DROP_REASONS``."""
+        ...
+
+
+class Observer(Protocol):
+    """Counts what the fabric attacher and reconciler did (``/metrics``)."""
+
+    def attach_done(self, outcome: str, seconds: float) -> None: ...
+
+    def cleanup(self, what: str) -> None: ...
+
+
+class NoObserver:
+    def attach_done(self, outcome: str, seconds: float) -> None:
+        pass
+
+    def cleanup(self, what: str) -> None:
+        pass
+
+
+# -- where cluster state comes from ----------------------------------------------------------------------
 
 
 class Backend(Protocol):
@@ -34,6 +228,11 @@ class Backend(Protocol):
         """How to make the scheduler retry a pod we refused (None: the caller retries on its own)."""
         ...
 
+    @property
+    def events(self) -> EventSink | None:
+        """Where Events go (None: the decision log, as in embedded mode)."""
+        ...
+
     def start(self) -> None:
         """Begin filling ``store`` (start watches); returns at once."""
         ...
@@ -51,4 +250,17 @@ class Backend(Protocol):
 
     def is_leader(self) -> bool:
         """Whether this replica runs the cluster-wide reconcilers now."""
+        ...
+
+    def watch_health(self) -> Mapping[str, tuple[float, bool]]:
+        """Per watched kind: seconds since its last progress, and whether it is stalled (empty: no watches)."""
+        ...
+
+    def node_objects(self) -> list[dict[str, Any]]:
+        """The Node objects as the source holds them, for the simulated node agents of embedded mode
+        (empty where real agents run)."""
+        ...
+
+    def collectors(self) -> Sequence[object]:
+        """Prometheus collectors the backend's own parts export (registered on /metrics)."""
         ...

@@ -5,21 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from webhook.domain import preemption
 from webhook.domain.model import Pod, Snapshot
-from webhook.errors import DecisionError, StoreConflict
-from webhook.engine.decision_log import decision_log, log
 from webhook.engine.choices import DomainArbiter
-from webhook.state.reservations import DomainFull
-
-if TYPE_CHECKING:
-    from webhook.engine.engine import Engine
-
+from webhook.engine.core import Core
+from webhook.engine.decision_log import decision_log, log
+from webhook.errors import DecisionError, DomainFull, StoreConflict
 
 
-def preempt(engine: Engine, pod: Pod, candidates: Mapping[str, Sequence[str]],
+def preempt(core: Core, pod: Pod, candidates: Mapping[str, Sequence[str]],
             sent: Mapping[str, Pod]) -> preemption.PreemptOutcome:
     """``candidates``: node -> victim UIDs; ``sent``: victims the scheduler sent whole (no node cache).
     The caches' copy of a victim wins: it is what our accounting counted.
@@ -29,21 +24,21 @@ def preempt(engine: Engine, pod: Pod, candidates: Mapping[str, Sequence[str]],
     for one pod at a time, each with its own candidates; without the record, the next member could
     choose another domain, and the group would evict pods in two domains and fit in neither (seen
     with the real scheduler). If the record cannot be made, nothing is evicted this cycle."""
-    engine.require_loaded()
-    now = engine.clock()
+    core.require_loaded()
+    now = core.clock()
     victims = {}
     for uids in candidates.values():
         for uid in uids:
-            known = engine.store.pod_by_uid(uid) or sent.get(uid)
+            known = core.store.pod_by_uid(uid) or sent.get(uid)
             if known is not None:
                 victims[uid] = known
-    snapshot = engine.snapshot()
-    result = preemption.preempt(pod, candidates, victims, snapshot, engine.policy, engine.lazy_promised(now), now,
-                                engine.holder)
+    snapshot = core.snapshot()
+    result = preemption.preempt(pod, candidates, victims, snapshot, core.policy, core.choices.lazy(now), now,
+                                core.holder)
     ctx = result.context
     if (result.reason_class == "chosen-after-eviction" and ctx is not None and ctx.group is not None
             and ctx.reservation is not None and not ctx.reservation.version):
-        result = _reserve_for_preemption(engine, pod, candidates, victims, snapshot, result)
+        result = _reserve_for_preemption(core, pod, candidates, victims, snapshot, result)
         ctx = result.context
     if ctx is not None:
         decision_log("preempt", pod.ref, group=ctx.group.id if ctx.group else None, domain=ctx.domain,
@@ -51,15 +46,16 @@ def preempt(engine: Engine, pod: Pod, candidates: Mapping[str, Sequence[str]],
     return result
 
 
-def _reserve_for_preemption(engine: Engine, pod: Pod, candidates: Mapping[str, Sequence[str]],
+def _reserve_for_preemption(core: Core, pod: Pod, candidates: Mapping[str, Sequence[str]],
                             victims: Mapping[str, Pod], snapshot: Snapshot,
                             result: preemption.PreemptOutcome) -> preemption.PreemptOutcome:
     ctx = result.context
     assert ctx is not None and ctx.group is not None and ctx.reservation is not None
-    res = replace(ctx.reservation, created_at=engine.clock(), holder=engine.holder)
-    after = preemption.without_victims(snapshot, candidates, victims, engine.policy)
+    res = replace(ctx.reservation, created_at=core.clock(), holder=core.holder)
+    after = preemption.without_victims(snapshot, candidates, victims, core.policy)
     try:
-        stored = engine.record(res, DomainArbiter(engine, res, ctx.group, ctx.demand, None, after))
+        arbiter = DomainArbiter(core.choices, core.snapshot, res, ctx.group, ctx.demand, None, after)
+        stored = core.choices.record(res, arbiter)
     except (DomainFull, DecisionError, StoreConflict) as exc:
         why = f"could not reserve domain {res.domain} for group {res.namespace}/{res.group_name} before " \
               f"evicting pods ({exc}); nothing is evicted now, the scheduler retries"
@@ -67,9 +63,9 @@ def _reserve_for_preemption(engine: Engine, pod: Pod, candidates: Mapping[str, S
         return preemption.PreemptOutcome((), dict.fromkeys(candidates, why), replace(ctx, reason=why),
                                          "none-kept", "reserve-failed")
     if stored.domain == res.domain:
-        engine.report.reserved(pod, ctx.group, stored, snapshot.catalog)
+        core.report.reserved(pod, ctx.group, stored, snapshot.catalog)
         return result
     # Another replica reserved the group elsewhere first: preempt only inside that domain.
-    now = engine.clock()
-    return preemption.preempt(pod, candidates, victims, engine.snapshot(), engine.policy, engine.lazy_promised(now),
-                              now, engine.holder)
+    now = core.clock()
+    return preemption.preempt(pod, candidates, victims, core.snapshot(), core.policy, core.choices.lazy(now),
+                              now, core.holder)

@@ -17,9 +17,9 @@ from dataclasses import replace
 from webhook.domain import fabric_plan
 from webhook.domain.fabric_plan import Act, Action, Timeouts
 from webhook.domain.model import Pod
-from webhook.errors import StoreConflict
+from webhook.engine.ports import AttachmentStore, FabricManager, NoObserver, Observer
+from webhook.errors import FabricFailure, StoreConflict
 from webhook.state.cluster import ClusterStore
-from webhook.state.attachments import AttachmentStore, Fabric, FabricFailure, NoObserver, Observer
 from webhook.wire.fabric_attachment import Attachment, Phase
 from webhook.wire.timestamps import rfc3339
 
@@ -30,7 +30,7 @@ CALL_BUDGET = 30.0
 
 
 class Reconciler:
-    def __init__(self, store: AttachmentStore, fabric: Fabric, cluster: ClusterStore,
+    def __init__(self, store: AttachmentStore, fabric: FabricManager, cluster: ClusterStore,
                  timeouts: Timeouts | None = None, leader: Callable[[], bool] = lambda: True,
                  observer: Observer | None = None, clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:

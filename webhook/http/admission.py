@@ -3,8 +3,8 @@
 Translation only: the envelope is ``webhook.wire.admission``; the verdict comes from
 ``webhook.domain.admission_review`` and ``mutating``, over the cached catalog and nodes (no API call,
 nothing written, so ``sideEffects: None`` holds and ``dryRun`` needs no special case). A malformed review
-gets a 400 JSON error naming the field (``timed``); our own failure denies a pod that may belong to a
-group (never admits it unmodified: it would go to default-scheduler) and counts in
+gets a 400 JSON error naming the field (``webhook.http.common.answered``); our own failure denies a pod
+that may belong to a group (never admits it unmodified: it would go to default-scheduler) and counts in
 ``imex_webhook_internal_errors_total``.
 """
 
@@ -17,9 +17,9 @@ import orjson
 from flask import Blueprint, Response
 
 from webhook.domain import admission_review
+from webhook.engine.decision_log import log as decisions
 from webhook.errors import WireError
 from webhook.http.common import Services, answered, json_body, services
-from webhook.engine.decision_log import log as decisions
 from webhook.wire import admission
 
 log = logging.getLogger(__name__)

@@ -13,36 +13,29 @@ from collections.abc import Callable
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from webhook.domain.limits import body_limit, normalized
+from webhook.domain.limits import DEFAULT_MAX_BODY, body_limit
+from webhook.engine.engine import Engine
+from webhook.engine.ports import Backend
 from webhook.http import admission, extender, fast, ops, ui
 from webhook.http.common import Services, error_response, release_memory, too_large
 from webhook.http.metrics import Metrics, verb_of
-from webhook.engine.ports import Backend
-from webhook.engine.engine import Engine
+from webhook.wire.addresses import normalized
 
-# The largest body of the shipped profile (nodeCacheCapable: true): an ExtenderArgs naming 20,000 nodes (about
-# 1.3 MB) with a pod as etcd can hold it (1.5 MiB), with room to spare. Decoding costs up to 16x the body
-# (webhook.http.common), so the default keeps a worker's spike near 256 MiB. kube-scheduler's full NodeList
-# mode (nodeCacheCapable: false) sends every Node, 25-40 MiB at 5,000 nodes: such a deployment raises it.
-DEFAULT_MAX_BODY = 16 * 1024 * 1024
 
-def _always_ready() -> tuple[bool, str]:
+def always_ready() -> tuple[bool, str]:
     return True, "loaded"
 
 
-def create_app(engine: Engine, backend: Backend, max_body: int = DEFAULT_MAX_BODY,
-               tls_ready: Callable[[], tuple[bool, str]] = _always_ready) -> Flask:
+def create_app(engine: Engine, backend: Backend, metrics: Metrics | None = None, max_body: int = DEFAULT_MAX_BODY,
+               tls_ready: Callable[[], tuple[bool, str]] = always_ready) -> Flask:
+    """``metrics``: the registry the service's other parts already report to (a new one if None)."""
     app = Flask("imex_webhook")
     app.config["MAX_CONTENT_LENGTH"] = max_body
     # OPTIONS would answer an empty HTML-typed 200 on every route; no peer of ours sends it.
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
 
-    def reservation_counts() -> dict[str, int]:
-        stored = len(engine.reservations.all())
-        proposed = len(engine.proposals.view(engine.clock()))
-        return {"reserved": stored, "proposed": proposed}
-
-    metrics = Metrics(engine.store.sync_state, reservation_counts)
+    if metrics is None:
+        metrics = Metrics(engine.store.sync_state)
     metrics.watch_cluster(engine, backend)
     app.extensions["imex"] = Services(engine=engine, backend=backend, metrics=metrics, tls_ready=tls_ready)
     app.register_blueprint(extender.blueprint)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,10 +15,10 @@ from flask import Response, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from webhook.domain.limits import MAX_DEPTH
+from webhook.engine.engine import Engine
+from webhook.engine.ports import Backend
 from webhook.errors import WireError
 from webhook.http.metrics import Metrics
-from webhook.engine.ports import Backend
-from webhook.engine.engine import Engine
 
 Check = Callable[[], tuple[bool, str]]
 
@@ -86,7 +85,7 @@ def decoded_size(data: bytes) -> int:
 
 def decode(data: bytes, max_body: int | None = None) -> Any:
     """``data`` as JSON, nested at most MAX_DEPTH levels and, with ``max_body``, costing at most
-    DECODE_BUDGET_FACTOR times it; anything else is a WireError (a 400 through ``timed`` or ``answered``)."""
+    DECODE_BUDGET_FACTOR times it; anything else is a WireError (a 400 through ``answered``)."""
     if max_body is not None and len(data) > _ESTIMATED_FROM:
         estimate, budget = decoded_size(data), DECODE_BUDGET_FACTOR * max_body
         if estimate > budget:
@@ -140,7 +139,7 @@ def error_json(status: int, message: str, field: str | None = None) -> bytes:
 
 def answered(verb: str, metrics: Metrics, answer: Callable[[], bytes]) -> tuple[int, bytes]:
     """(status, JSON body) of one call of a verb: ``answer()`` timed, a malformed request (WireError) a 400
-    that names the field. What ``timed`` does for a view, for a reply built as bytes (``webhook.http.fast``)."""
+    that names the field. Every reply, this 400 included, is counted once by the app (``webhook.http.app``)."""
     start = time.perf_counter()
     try:
         return 200, answer()
@@ -148,25 +147,3 @@ def answered(verb: str, metrics: Metrics, answer: Callable[[], bytes]) -> tuple[
         return 400, error_json(400, f"malformed {verb} request: {exc}", exc.path or None)
     finally:
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
-
-
-def timed(verb: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-    """Time a view; a malformed request (WireError) becomes a 400 that names the field. Every reply, this
-    400 included, is counted once by the app (``webhook.http.app``), whatever produced it."""
-
-    def wrap(view: Callable[..., Response]) -> Callable[..., Response]:
-        @functools.wraps(view)
-        def inner(*args: Any, **kwargs: Any) -> Response:
-            metrics = services().metrics
-            start = time.perf_counter()
-            try:
-                response = view(*args, **kwargs)
-            except WireError as exc:
-                response = error_response(400, f"malformed {verb} request: {exc}", exc.path or None)
-            finally:
-                metrics.latency.labels(verb).observe(time.perf_counter() - start)
-            return response
-
-        return inner
-
-    return wrap

@@ -1,7 +1,7 @@
 """ExtenderArgs and ExtenderPreemptionArgs, parsed: what the extender views hand the engine.
 
 Keys are the Go field names (see webhook.wire.extender). Every shape problem is a ``WireError`` naming the
-field (a 400 through ``webhook.http.common.timed``). The pod is parsed once per version (``PodCache``) and
+field (a 400 through ``webhook.http.common.answered``). The pod is parsed once per version (``PodCache``) and
 the names of cached nodes are checked with one subset test (``node_names``), because the scheduler sends
 the same pod to several verbs and 5,000 names to each filter.
 """
@@ -98,8 +98,7 @@ def parse_args(body: Mapping[str, Any], svc: Services) -> ParsedArgs:
     names = body.get("NodeNames")
     nodes = body.get("Nodes")
     if names is not None:
-        engine = svc.engine
-        return ParsedArgs(pod, node_names(names, engine.node_sets.labelled(engine.store.snapshot().nodes)), None, None)
+        return ParsedArgs(pod, node_names(names, svc.engine.labelled_nodes()), None, None)
     if nodes is None:
         raise WireError("NodeNames", "both NodeNames and Nodes are null; one of them must list the candidates")
     if not isinstance(nodes, dict) or not isinstance(nodes.get("items"), list):

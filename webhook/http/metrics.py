@@ -10,12 +10,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.domain import filtering
-from webhook.domain.capacity import attachable, free_local
-from webhook.domain.model import Reservation, Snapshot
-from webhook.domain.placement import members_summary
+from webhook.domain.figures import WAITING_REASONS
 from webhook.engine.engine import Engine
-from webhook.engine.events import DROP_REASONS
+from webhook.engine.occurrences import DROP_REASONS
+from webhook.engine.ports import Backend
 from webhook.wire.fabric_attachment import Phase
 
 log = logging.getLogger(__name__)
@@ -39,7 +37,7 @@ class _StateCollector(Collector):
 
     def __init__(self, sync_state: Callable[[], dict[str, bool]], reservations: Callable[[], dict[str, int]]):
         self._sync_state = sync_state
-        self._reservations = reservations
+        self.reservations = reservations
 
     def collect(self):  # type: ignore[no-untyped-def]
         synced = GaugeMetricFamily("imex_webhook_cache_synced", "1 when the cache of this kind finished its "
@@ -48,7 +46,7 @@ class _StateCollector(Collector):
             synced.add_metric([kind], 1.0 if ok else 0.0)
         yield synced
         res = GaugeMetricFamily("imex_webhook_reservations", "Domain reservations by state", labels=["state"])
-        for state, n in sorted(self._reservations().items()):
+        for state, n in sorted(self.reservations().items()):
             res.add_metric([state], float(n))
         yield res
 
@@ -60,7 +58,8 @@ CONNECTION_DROP_REASONS = ("handshake-timeout", "header-timeout", "body-timeout"
 
 class Metrics:
     def __init__(self, sync_state: Callable[[], dict[str, bool]],
-                 reservations: Callable[[], dict[str, int]]) -> None:
+                 reservations: Callable[[], dict[str, int]] = dict) -> None:
+        """``reservations``: the counts by state until ``watch_cluster`` gives the engine's."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("imex_webhook_requests_total", "HTTP requests by verb and status code",
                                 ["verb", "code"], registry=self.registry)
@@ -88,7 +87,8 @@ class Metrics:
         # Every series from the start: a rate over a series that appears with its first drop misses that drop.
         for reason in CONNECTION_DROP_REASONS:
             self.connections_dropped.labels(reason)
-        self.registry.register(_StateCollector(sync_state, reservations))
+        self._state = _StateCollector(sync_state, reservations)
+        self.registry.register(self._state)
 
     def count(self, path: str, status: int) -> None:
         """One reply, whoever produced it: the app's views and error handlers, or the server refusing a
@@ -103,7 +103,7 @@ class Metrics:
         target = parts[1].split(b"?", 1)[0].decode("latin-1") if 2 <= len(parts) <= 3 else ""
         self.count("/" + target.lstrip("/") if target else "", status)  # "//filter" is /filter to the app
 
-    # The fabric Observer protocol (webhook.state.attachments): the attacher and the reconciler report here.
+    # The fabric Observer protocol (webhook.engine.ports): the attacher and the reconciler report here.
     def attach_done(self, outcome: str, seconds: float) -> None:
         self.attach_seconds.labels(outcome).observe(seconds)
 
@@ -113,13 +113,16 @@ class Metrics:
     # -- The operator's view (docs/OPERATING.md): cluster state read at scrape time, never on a request -----
     _view: _ClusterView | None = None
 
-    def watch_cluster(self, engine: Engine, backend: object) -> None:
-        """Export domains, waiting groups, expired reservations, attachments and, where ``backend`` has
-        watches (Kubernetes mode), how fresh each cache is."""
+    def watch_cluster(self, engine: Engine, backend: Backend) -> None:
+        """Export reservations, domains, waiting groups, expired reservations, attachments and, where
+        ``backend`` has watches (Kubernetes mode), how fresh each cache is."""
+        def reservation_counts() -> dict[str, int]:
+            return {"reserved": len(engine.reservations.all()), "proposed": len(engine.proposed(engine.clock()))}
+
+        self._state.reservations = reservation_counts
         view = self._cluster_view()
         view.engine = engine
-        health = getattr(backend, "watch_health", None)
-        view.watch_health = health if callable(health) else None
+        view.watch_health = backend.watch_health
         self.watch_events(engine.events.dropped)
 
     def watch_fabric(self, unaccounted: Callable[[], int]) -> None:
@@ -156,16 +159,6 @@ class _DroppedEvents(Collector):
         yield family
 
 
-# Why a group with pods still to place waits (label values of imex_webhook_groups_waiting):
-# in-domain: its domain is reserved, the scheduler has members still to place there (a gang gathering);
-# domain-fits: no domain recorded yet but one fits now (the scheduler has not filtered a member since);
-# no-domain-now: no domain has room now, one would once running pods finish;
-# no-domain-ever: no domain could hold the group even empty (or it already runs split across domains);
-# invalid-group: the pods' own objects contradict each other (admission says why);
-# not-evaluated: past MAX_EVALUATED groups without a domain in one scrape.
-WAITING_REASONS = ("in-domain", "domain-fits", "no-domain-now", "no-domain-ever", "invalid-group", "not-evaluated")
-# Judging a group without a domain is a pass over every domain (what /filter does): bounded per scrape.
-MAX_EVALUATED = 64
 # Per-domain GPU states (label values of imex_webhook_domain_gpus).
 DOMAIN_STATES = ("free", "used", "reserved", "attachable")
 
@@ -205,11 +198,11 @@ class _ClusterView(Collector):
             return
         now = engine.clock()
         snapshot = engine.snapshot()
-        promised = engine.promised(now)
-        for domain, by_state in sorted(_domain_gpus(snapshot, promised, engine, now).items()):
+        for domain, gpus in sorted(engine.domain_figures(now).items()):
+            by_state = {"free": gpus.free, "used": gpus.used, "reserved": gpus.reserved, "attachable": gpus.attachable}
             for state in DOMAIN_STATES:
                 domains.add_metric([domain, state], float(by_state[state]))
-        reasons = _waiting(snapshot, promised, engine, now)
+        reasons = engine.waiting_groups(now)
         for reason in WAITING_REASONS:
             waiting.add_metric([reason], float(reasons[reason]))
         ttl = engine.policy.reservation_ttl
@@ -236,47 +229,3 @@ def _guarded(what: str, fill: Callable[..., None], *families: GaugeMetricFamily)
         log.exception("/metrics: could not read %s; its metrics are left out of this scrape", what)
         for family in families:
             family.samples.clear()
-
-
-def _domain_gpus(snapshot: Snapshot, promised: Mapping[str, Reservation], engine: Engine,
-                 now: float) -> dict[str, Tally[str]]:
-    out: dict[str, Tally[str]] = {}
-    for domain, names in snapshot.domains.items():
-        nodes = [snapshot.nodes[n] for n in names if n in snapshot.nodes]
-        free = sum(free_local(n, snapshot) for n in nodes)
-        zones = {n.fabric_zone for n in nodes if n.fabric_zone}
-        fabric = sum(min(snapshot.fabric_free.get(z, 0), sum(attachable(n, snapshot) for n in nodes
-                                                              if n.fabric_zone == z)) for z in zones)
-        out[domain] = Tally({"free": free, "used": sum(n.gpus for n in nodes) - free, "attachable": fabric})
-    live = filtering.live_reservations(snapshot, promised, engine.policy, now)
-    for group_id, res in live.items():
-        _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
-        if res.domain in out:
-            out[res.domain]["reserved"] += max(res.size - placed, 0) * res.gpus_per_pod
-    return out
-
-
-def _waiting(snapshot: Snapshot, promised: Mapping[str, Reservation], engine: Engine, now: float) -> Tally[str]:
-    """Each group with a live pod not yet bound, by the reason /filter would give for it now."""
-    out: Tally[str] = Tally()
-    budget = MAX_EVALUATED
-    for group_id, members in snapshot.members.items():
-        waiting = [m for m in members if not m.pod.terminated and not m.pod.deleting and not m.pod.node_name]
-        if not waiting:
-            continue
-        chosen = group_id in snapshot.reservations or group_id in promised
-        if not chosen:
-            if budget == 0:
-                out["not-evaluated"] += 1
-                continue
-            budget -= 1
-        ctx = filtering.context(waiting[0].pod, snapshot, promised, engine.policy, now)
-        if ctx is None:
-            continue
-        if ctx.resolution.problems:
-            out["invalid-group"] += 1
-        elif ctx.domain is None:
-            out["no-domain-now" if ctx.resolvable_later else "no-domain-ever"] += 1
-        else:
-            out["domain-fits" if ctx.proposal is not None else "in-domain"] += 1
-    return out

@@ -5,9 +5,8 @@ from __future__ import annotations
 from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from webhook.domain import inspection
-from webhook.domain.limits import redact_urls
 from webhook.http.common import json_response, services
+from webhook.wire.redaction import redact_urls
 from webhook.wire.text import clip
 
 blueprint = Blueprint("ops", __name__)
@@ -41,9 +40,6 @@ def metrics() -> Response:
 @blueprint.get("/inspect")
 def inspect() -> Response:
     svc = services()
-    engine = svc.engine
-    now = engine.clock()
-    body = inspection.summarize(engine.snapshot(), engine.proposals.view(now), engine.policy, now)
+    body = svc.engine.inspection(svc.engine.clock())
     body["mode"] = "embedded" if svc.backend.embedded else "kubernetes"
-    body["caches"] = engine.store.sync_state()
     return json_response(body)

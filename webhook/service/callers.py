@@ -33,13 +33,12 @@ import orjson
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.domain.limits import is_loopback, normalized
+from webhook.service.settings import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
+from webhook.wire.addresses import is_loopback, normalized
 
 EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/bind", "/preempt"})
 INSPECT_PATHS = frozenset({"/inspect", "/ui"})
 PEER_KEY = "imex_webhook.client"  # the verified client's subject CN, for the views and the logs
-SCHEDULER_SUBJECT = "imex-scheduler"  # the CN certs issues for kube-scheduler (certs.files.SCHEDULER_CLIENT)
-OPERATOR_SUBJECT = "imex-operator"
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

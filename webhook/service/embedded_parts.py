@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.adapters.memory import MemoryAttachmentStore
 from webhook.state.cluster import ClusterStore
-from webhook.state.attachments import MemoryAttachmentStore
 
 
 class Stoppable(Protocol):

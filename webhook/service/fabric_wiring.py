@@ -19,20 +19,18 @@ from typing import Any
 
 import yaml
 
+from webhook.adapters.memory import MemoryAttachmentStore
 from webhook.adapters.redfish.auth import AUTH_MODES, AuthMode
-from webhook.adapters.redfish.client import RedfishClient
 from webhook.adapters.redfish.fabric import RedfishFabric
-from webhook.adapters.redfish.limits import DEFAULT_MAX_RESPONSE
 from webhook.domain.fabric_plan import Timeouts
+from webhook.domain.limits import DEFAULT_MAX_RESPONSE
+from webhook.engine.attacher import FabricAttacher
+from webhook.engine.ports import Backend, FabricManager
+from webhook.engine.reconciler import Reconciler
 from webhook.errors import ImexWebhookError
 from webhook.http.metrics import Metrics
 from webhook.service.embedded_parts import EmbeddedParts, RunningFabric, Stoppable
-from webhook.engine.ports import Backend
 from webhook.state.cluster import ClusterStore
-from webhook.engine.engine import Engine
-from webhook.state.attachments import MemoryAttachmentStore, Observer
-from webhook.engine.attacher import FabricAttacher
-from webhook.engine.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +41,8 @@ class FabricConfigError(ImexWebhookError):
 
 @dataclass
 class FabricParts:
-    fabric: RedfishFabric
+    fabric: FabricManager
+    attacher: FabricAttacher
     reconciler: Reconciler
     sim: RunningFabric | None = None
     agents: Stoppable | None = None
@@ -101,11 +100,12 @@ def read_credentials(path: Path | None) -> FabricCredentials:
     return FabricCredentials(doc["username"], doc["password"], auth)
 
 
-def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, observer: Observer, *,
+def start(fabric: str, store: ClusterStore, backend: Backend, metrics: Metrics, *,
           credentials: Path | None = None, ca: Path | None = None, refresh: float = 5.0,
           timeouts: Timeouts | None = None, node_objects: list[dict[str, Any]] | None = None,
           embedded: EmbeddedParts | None = None, max_response: int = DEFAULT_MAX_RESPONSE) -> FabricParts | None:
-    """``embedded``: what ``--fabric embedded`` runs on (required for it); ``max_response``: the largest
+    """The fabric parts of ``--fabric`` started (None for ``none``); their ``attacher`` goes to the engine.
+    ``embedded``: what ``--fabric embedded`` runs on (required for it); ``max_response``: the largest
     Redfish reply body (``--fabric-max-response``)."""
     if fabric == "none":
         return None
@@ -119,15 +119,13 @@ def start(fabric: str, store: ClusterStore, backend: Backend, engine: Engine, ob
     else:
         url, creds = fabric, read_credentials(credentials)
         verify = str(ca) if ca else True
-    client = RedfishClient(url, creds.username, creds.password, verify, refresh_interval=refresh, auth=creds.auth,
-                           max_response=max_response)
-    redfish = RedfishFabric(client)
-    engine.attacher = FabricAttacher(backend.attachments, redfish, observer)
+    redfish = RedfishFabric(url, creds.username, creds.password, verify, refresh_interval=refresh, auth=creds.auth,
+                            max_response=max_response)
+    attacher = FabricAttacher(backend.attachments, redfish, metrics)
     reconciler = Reconciler(backend.attachments, redfish, store, timeouts, leader=backend.is_leader,
-                            observer=observer)
-    if isinstance(observer, Metrics):
-        observer.watch_fabric(reconciler.unaccounted_blocks)
-    parts = FabricParts(redfish, reconciler, sim)
+                            observer=metrics)
+    metrics.watch_fabric(reconciler.unaccounted_blocks)
+    parts = FabricParts(redfish, attacher, reconciler, sim)
     # A worker that exits (SIGTERM, a restart) logs out instead of leaving its session to time out on the
     # fabric manager, whose session slots are few.
     atexit.register(parts.stop)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from webhook.domain.limits import normalized
 from webhook.errors import ImexWebhookError
+from webhook.wire.addresses import normalized
 
 HEAD_END = b"\r\n\r\n"
 # A chunk-size line (hex size and extensions) longer than this is not one a real client sends.

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from webhook.domain.limits import redact_urls
+from webhook.wire.redaction import redact_urls
 from webhook.wire.timestamps import rfc3339
 
 

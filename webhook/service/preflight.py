@@ -87,55 +87,56 @@ def check_client_ca(path: Path) -> None:
 
 
 def check_tls(settings: Settings, cert: Path, key: Path) -> TlsFiles:
-    if settings.tls_cert is not None:
+    if settings.tls.cert is not None:
         cert_flag, key_flag = "--tls-cert", "--tls-key"
     else:
-        cert_flag = key_flag = f"--tls-dir {settings.tls_dir}:"
+        cert_flag = key_flag = f"--tls-dir {settings.tls.dir}:"
     check_serving_pair(cert_flag, cert, key_flag, key)
-    if settings.client_ca is not None:
-        check_client_ca(settings.client_ca)
-    files = TlsFiles(cert, key, settings.client_ca)
+    if settings.tls.client_ca is not None:
+        check_client_ca(settings.tls.client_ca)
+    files = TlsFiles(cert, key, settings.tls.client_ca)
     try:
         server_context(files)
     except (OSError, ssl.SSLError) as exc:
         raise SettingsError(f"TLS: OpenSSL refuses {cert} / {key}"
-                            f"{' / ' + str(settings.client_ca) if settings.client_ca else ''}: "
+                            f"{' / ' + str(settings.tls.client_ca) if settings.tls.client_ca else ''}: "
                             f"{one_line(str(getattr(exc, 'reason', None) or exc))}") from None
     return files
 
 
 def check_cluster_source(settings: Settings) -> list[dict[str, Any]] | None:
-    if settings.kubeconfig is not None or settings.in_cluster:
+    if settings.cluster.kubeconfig is not None or settings.cluster.in_cluster:
         from webhook.adapters.kube.api import KubeConfigError, load_configuration
 
-        if settings.kubeconfig is not None and not settings.kubeconfig.is_file():
-            raise SettingsError(f"--kubeconfig {settings.kubeconfig}: no such file")
+        if settings.cluster.kubeconfig is not None and not settings.cluster.kubeconfig.is_file():
+            raise SettingsError(f"--kubeconfig {settings.cluster.kubeconfig}: no such file")
         try:
-            load_configuration(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster)
+            load_configuration(str(settings.cluster.kubeconfig) if settings.cluster.kubeconfig else None,
+                               settings.cluster.in_cluster)
         except KubeConfigError as exc:
-            flag = "--in-cluster" if settings.in_cluster else f"--kubeconfig {settings.kubeconfig}"
+            flag = "--in-cluster" if settings.cluster.in_cluster else f"--kubeconfig {settings.cluster.kubeconfig}"
             raise SettingsError(f"{flag}: {one_line(str(exc))}") from None
         return None
-    if not settings.cluster_files:
+    if not settings.cluster.files:
         return None
     from webhook.adapters.embedded import ClusterFileError, load_objects
 
     try:
-        return load_objects(list(settings.cluster_files))
+        return load_objects(list(settings.cluster.files))
     except ClusterFileError as exc:
         raise SettingsError(f"--cluster {one_line(str(exc))}") from None
 
 
 def check_fabric(settings: Settings) -> None:
-    if settings.fabric.startswith(("http://", "https://")):
+    if settings.fabric.manager.startswith(("http://", "https://")):
         from webhook.service.fabric_wiring import FabricConfigError, read_credentials
 
         try:
-            read_credentials(settings.fabric_credentials)
+            read_credentials(settings.fabric.credentials)
         except FabricConfigError as exc:
             raise SettingsError(one_line(str(exc))) from None
-    if settings.fabric_ca is not None:
-        certificates("--fabric-ca", settings.fabric_ca)
+    if settings.fabric.ca is not None:
+        certificates("--fabric-ca", settings.fabric.ca)
 
 
 def check(settings: Settings, cert: Path, key: Path) -> Checked:

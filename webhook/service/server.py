@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from flask import Flask
 from gunicorn import sock as gunicorn_sock
@@ -33,24 +33,25 @@ from gunicorn import util as gunicorn_util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import AppImportError
+from prometheus_client.registry import Collector
 
 from certs import files as cert_files
 from certs import issue as cert_issue
 from webhook.adapters import embedded as embedded_backend
-from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.policy import Policy
+from webhook.engine.engine import Engine
+from webhook.engine.ports import Backend
+from webhook.engine.requeue import Requeuer
 from webhook.errors import ImexWebhookError, SettingsError
-from webhook.http.app import create_app
+from webhook.http.app import always_ready, create_app
+from webhook.http.metrics import Metrics
 from webhook.service import callers, fabric_wiring, preflight
 from webhook.service.embedded_parts import EmbeddedParts
-from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings, default_max_buffered
+from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings
 from webhook.service.tls import Contexts, TlsFiles, server_context
 from webhook.service.upkeep import Upkeep
 from webhook.service.worker import Limits, Worker
-from webhook.engine.ports import Backend
 from webhook.state.cluster import ClusterStore
-from webhook.engine.engine import Engine
-from webhook.engine.requeue import Requeuer
 
 log = logging.getLogger("imex_webhook.serve")
 
@@ -62,17 +63,17 @@ PROBE_CONNECTIONS_PER_SOURCE = 32
 
 def tls_files(settings: Settings) -> tuple[Path, Path, Path | None]:
     """(cert, key, CA or None): given files, or a --tls-dir made on first use."""
-    if settings.tls_cert is not None and settings.tls_key is not None:
-        return settings.tls_cert, settings.tls_key, None
-    assert settings.tls_dir is not None
-    host = settings.bind.rpartition(":")[0].strip("[]")
-    names = ["localhost", *cert_issue.service_dns_names(settings.service_name, settings.namespace)]
+    if settings.tls.cert is not None and settings.tls.key is not None:
+        return settings.tls.cert, settings.tls.key, None
+    assert settings.tls.dir is not None
+    host = settings.server.bind.rpartition(":")[0].strip("[]")
+    names = ["localhost", *cert_issue.service_dns_names(settings.tls.service_name, settings.tls.namespace)]
     ips = ["127.0.0.1", "::1"]
     if host and host not in ("0.0.0.0", "::", "localhost") and host not in ips:
         (ips if _is_ip(host) else names).append(host)
-    made = cert_files.ensure_tls_dir(settings.tls_dir, names, ips)
+    made = cert_files.ensure_tls_dir(settings.tls.dir, names, ips)
     verb = "created" if made.created else ("re-issued serving certificate" if made.reissued else "using")
-    log.info("%s TLS in %s%s; clients trust the CA at %s", verb, settings.tls_dir,
+    log.info("%s TLS in %s%s; clients trust the CA at %s", verb, settings.tls.dir,
              f" ({made.reason})" if made.reason else "", made.paths.ca_cert)
     return made.paths.cert, made.paths.key, made.paths.ca_cert
 
@@ -103,50 +104,52 @@ def build_backend(settings: Settings, store: ClusterStore, cluster_objects: list
                   embedded: EmbeddedParts | None = None) -> Backend:
     """``cluster_objects``: the --cluster files as the start-up checks parsed them (read once);
     ``embedded``: the demo topology for the embedded mode without --cluster files."""
-    if settings.embedded:
+    if settings.cluster.embedded:
         if cluster_objects is not None:
             return embedded_backend.EmbeddedBackend(store, cluster_objects,
-                                                    ", ".join(str(p) for p in settings.cluster_files),
-                                                    settings.pod_ttl)
-        if settings.cluster_files:
-            return embedded_backend.from_files(store, list(settings.cluster_files), settings.pod_ttl)
+                                                    ", ".join(str(p) for p in settings.cluster.files),
+                                                    settings.cluster.pod_ttl)
+        if settings.cluster.files:
+            return embedded_backend.from_files(store, list(settings.cluster.files), settings.cluster.pod_ttl)
         if embedded is None:
             raise SettingsError("no --cluster files, and this command was started without the demo topology")
         return embedded_backend.EmbeddedBackend(store, embedded.demo_cluster(), "the built-in demo topology",
-                                                settings.pod_ttl)
+                                                settings.cluster.pod_ttl)
     from webhook.adapters.kube import backend as kube
     from webhook.adapters.kube.watch_settings import WatchSettings
 
-    return kube.connect(str(settings.kubeconfig) if settings.kubeconfig else None, settings.in_cluster, store,
-                        settings.holder, label_nodes=True,
-                        watch=WatchSettings(stall_timeout=settings.watch_stall_timeout))
+    cluster = settings.cluster
+    return kube.connect(str(cluster.kubeconfig) if cluster.kubeconfig else None, cluster.in_cluster, store,
+                        cluster.holder, label_nodes=True,
+                        watch=WatchSettings(stall_timeout=cluster.watch_stall_timeout))
 
 
 def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None,
           cluster_objects: list[dict[str, Any]] | None = None,
           embedded: EmbeddedParts | None = None) -> tuple[Flask, Engine, Backend]:
-    """Everything one worker serves: the cluster source, the engine and the app (started)."""
+    """Everything one worker serves: the cluster source, the fabric parts, the engine and the app (started)."""
     policy: Policy = settings.policy
     store = ClusterStore(policy)
     backend = build_backend(settings, store, cluster_objects, embedded)
-    engine = Engine(store, backend.reservations, backend.binder, policy, holder=settings.holder,
-                    bind_budget=settings.bind_budget)
     backend.start()
-    app = create_app(engine, backend, settings.max_body, tls_ready) if tls_ready else \
-        create_app(engine, backend, settings.max_body)
-    labeller = getattr(backend, "node_labels", None)  # Kubernetes mode: imex-webhook.io/domain on nodes
-    if labeller is not None:
-        app.extensions["imex"].metrics.registry.register(labeller.counter)
-    nodes = backend.node_objects() if isinstance(backend, embedded_backend.EmbeddedBackend) else []
-    parts = fabric_wiring.start(settings.fabric, store, backend, engine, app.extensions["imex"].metrics,
-                                credentials=settings.fabric_credentials, ca=settings.fabric_ca,
-                                refresh=settings.fabric_refresh,
-                                timeouts=Timeouts(attach=settings.attach_timeout, orphan_grace=settings.orphan_grace),
-                                node_objects=nodes, embedded=embedded, max_response=settings.fabric_max_response)
+    metrics = Metrics(store.sync_state)
+    for collector in backend.collectors():
+        metrics.registry.register(cast(Collector, collector))  # the port keeps prometheus out of the engine
+    parts = fabric_wiring.start(settings.fabric.manager, store, backend, metrics,
+                                credentials=settings.fabric.credentials, ca=settings.fabric.ca,
+                                refresh=settings.fabric.refresh,
+                                timeouts=settings.fabric.timeouts,
+                                node_objects=backend.node_objects(), embedded=embedded,
+                                max_response=settings.fabric.max_response)
+    engine = Engine(store, backend.reservations, backend.binder, policy,
+                    attacher=parts.attacher if parts is not None else None, events=backend.events,
+                    holder=settings.cluster.holder, bind_budget=settings.limits.bind_budget)
+    app = create_app(engine, backend, metrics, settings.limits.max_body, tls_ready or always_ready)
     if parts is not None:
         app.extensions["imex"].checks["fabric"] = parts.fabric.ready
     nudger = backend.nudger
-    Upkeep(engine, settings.housekeeping_interval, Requeuer(engine, nudger) if nudger is not None else None).start()
+    Upkeep(engine, settings.cluster.housekeeping_interval,
+           Requeuer(engine, nudger) if nudger is not None else None).start()
     _freeze_when_ready(backend)
     return app, engine, backend
 
@@ -205,15 +208,16 @@ class _Server(BaseApplication):  # type: ignore[misc]
         self.embedded_parts = embedded
         self.cert = cert
         self.key = key
-        self.checked = checked or preflight.Checked(TlsFiles(cert, key, settings.client_ca))
+        self.checked = checked or preflight.Checked(TlsFiles(cert, key, settings.tls.client_ca))
         self.tls = Contexts(self.checked.tls)
+        limits = settings.limits
         self.limits = Limits(
-            handshake=settings.handshake_timeout, header=settings.header_timeout, body=settings.body_timeout,
-            keepalive=KEEPALIVE, write=settings.write_timeout, max_head=MAX_HEAD, max_body=settings.max_body,
-            buffered=settings.max_buffered or default_max_buffered(settings.max_body))
-        connections = _worker_connections(settings.max_connections)
+            handshake=limits.handshake_timeout, header=limits.header_timeout, body=limits.body_timeout,
+            keepalive=KEEPALIVE, write=limits.write_timeout, max_head=MAX_HEAD, max_body=limits.max_body,
+            buffered=limits.buffered)
+        connections = _worker_connections(limits.max_connections)
         # (cap, per source) of the service port and of the probe port (webhook.service.conn_limits)
-        self.pools = ((connections, min(settings.max_connections_per_source, connections)),
+        self.pools = ((connections, min(limits.max_connections_per_source, connections)),
                       (PROBE_CONNECTIONS, PROBE_CONNECTIONS_PER_SOURCE))
         self.arbiter: Arbiter | None = None
         self.listener: Any = None
@@ -222,12 +226,12 @@ class _Server(BaseApplication):  # type: ignore[misc]
 
     def load_config(self) -> None:
         s = self.settings
-        workers = 1 if s.embedded else s.workers
+        workers = 1 if s.cluster.embedded else s.server.workers
         options: dict[str, Any] = {
-            "bind": [s.bind],
+            "bind": [s.server.bind],
             "workers": workers,
             "worker_class": Worker,
-            "threads": s.threads,
+            "threads": s.server.threads,
             # The worker keeps each listener under its own caps and never stops accepting (conn_limits).
             "worker_connections": self.pools[0][0] + self.pools[1][0] + 16,
             # The worker wraps each connection itself with the context of webhook.service.tls; the files are
@@ -238,9 +242,9 @@ class _Server(BaseApplication):  # type: ignore[misc]
             "timeout": WORKER_TIMEOUT,
             "graceful_timeout": 30,
             "keepalive": int(KEEPALIVE),
-            "accesslog": "-" if s.access_log else None,
+            "accesslog": "-" if s.log.access else None,
             "errorlog": "-",
-            "loglevel": s.log_level,
+            "loglevel": s.log.level,
             "proc_name": "imex-webhook",
         }
         if "control_socket_disable" in self.cfg.settings:
@@ -258,12 +262,12 @@ class _Server(BaseApplication):  # type: ignore[misc]
             return
         (address,) = self.cfg.address
         self.arbiter = Arbiter(self)
-        self.listener = self._listen(address, "--bind", self.settings.bind)
-        if self.settings.probe_bind:
-            host, _, port = self.settings.probe_bind.rpartition(":")
+        self.listener = self._listen(address, "--bind", self.settings.server.bind)
+        if self.settings.server.probe_bind:
+            host, _, port = self.settings.server.probe_bind.rpartition(":")
             probe_address = (host.strip("[]") or "0.0.0.0", int(port))
             try:
-                self.probe_listener = self._listen(probe_address, "--probe-bind", self.settings.probe_bind)
+                self.probe_listener = self._listen(probe_address, "--probe-bind", self.settings.server.probe_bind)
             except SettingsError:
                 self.listener.close()
                 self.listener = None
@@ -291,7 +295,7 @@ class _Server(BaseApplication):  # type: ignore[misc]
         self.bind()
         assert self.arbiter is not None
         self.arbiter.LISTENERS = [self.listener] + ([self.probe_listener] if self.probe_listener else [])
-        if self.settings.exit_with_parent:
+        if self.settings.server.exit_with_parent:
             _exit_with_parent()
         self.arbiter.run()
 
@@ -303,9 +307,9 @@ class _Server(BaseApplication):  # type: ignore[misc]
         except (ImexWebhookError, OSError, ValueError, RuntimeError) as exc:
             # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.
             raise AppImportError(f"imex-webhook serve: cannot start: {preflight.one_line(str(exc))}") from exc
-        if self.settings.client_ca is not None:
-            allowed = callers.Allowed(frozenset(self.settings.client_subjects),
-                                      frozenset(self.settings.inspect_subjects))
+        if self.settings.tls.client_ca is not None:
+            allowed = callers.Allowed(frozenset(self.settings.tls.client_subjects),
+                                      frozenset(self.settings.tls.inspect_subjects))
             app.wsgi_app = callers.require_client_certificate(  # type: ignore[method-assign,assignment]
                 app.wsgi_app, allowed, refused=app.extensions["imex"].metrics.count)
         return app
@@ -331,16 +335,16 @@ def serve(settings: Settings, embedded: EmbeddedParts | None = None) -> int:
     try:
         cert, key, _ = tls_files(settings)
     except (cert_issue.CertError, OSError) as exc:
-        raise SettingsError(f"--tls-dir {settings.tls_dir}: {preflight.one_line(str(exc))}") from None
+        raise SettingsError(f"--tls-dir {settings.tls.dir}: {preflight.one_line(str(exc))}") from None
     checked = preflight.check(settings, cert, key)
     server = _Server(settings, cert, key, checked, embedded)
     server.bind()
-    log.info("imex-webhook serving https://%s (%s mode)%s; settings: %s", settings.bind,
-             "embedded" if settings.embedded else "kubernetes",
-             f", probes and metrics on http://{settings.probe_bind}" if settings.probe_bind else "",
+    log.info("imex-webhook serving https://%s (%s mode)%s; settings: %s", settings.server.bind,
+             "embedded" if settings.cluster.embedded else "kubernetes",
+             f", probes and metrics on http://{settings.server.probe_bind}" if settings.server.probe_bind else "",
              settings.redacted())
-    if settings.client_ca is None:
+    if settings.tls.client_ca is None:
         log.warning("no --client-ca: /filter, /prioritize, /bind and /preempt answer any caller that reaches "
-                    "%s; give the scheduler's client CA in a cluster", settings.bind)
+                    "%s; give the scheduler's client CA in a cluster", settings.server.bind)
     server.run()
     return 0

@@ -21,9 +21,9 @@ from typing import Any
 import orjson
 from gunicorn.http import errors, wsgi
 
-from webhook.domain.limits import normalized
 from webhook.http.metrics import verb_of
 from webhook.service.conns import Conn, WriteStalled
+from webhook.wire.addresses import normalized
 
 log = logging.getLogger("imex_webhook.serve")
 

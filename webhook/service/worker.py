@@ -64,8 +64,7 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
         self._stopping_since: float | None = None
         main, probe = app.pools
         self.pools = {False: Pool("service", *main), True: Pool("probe", *probe)}
-        probe_listener = getattr(app, "probe_listener", None)
-        self.probe_fd = probe_listener.fileno() if probe_listener is not None else -1
+        self.probe_fd = app.probe_listener.fileno() if app.probe_listener is not None else -1
         self.probe_tpool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
         self.drops = Drops(self._count_drop)
         super().init_process()

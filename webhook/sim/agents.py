@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from webhook.adapters.memory import MemoryAttachmentStore
 from webhook.agent import hotplug, release
 from webhook.agent.loop import Agent
 from webhook.agent.nvml import Nvml
@@ -46,7 +47,6 @@ from webhook.sim.host import SimHost
 from webhook.sim.node_scenario import SimFabric, SimGpu, SimNode
 from webhook.sim.nvml import FakePynvml
 from webhook.state.cluster import ClusterStore
-from webhook.state.attachments import MemoryAttachmentStore
 from webhook.wire import fabric_attachment as fa
 from webhook.wire import gpu_inventory
 from webhook.wire.gpu_inventory import GpuInventory

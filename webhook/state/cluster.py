@@ -11,7 +11,8 @@ One object that cannot be parsed or derived never stops the others: whatever it 
 or a ``RecursionError``, ``OverflowError``, ``TypeError``... from a field no one foresaw) skips that object
 alone (``webhook.state.rejects``).
 
-Every kind is one row of ``_KINDS`` (how it parses, how it is keyed, what to derive again when one changes).
+Every kind is one row of ``_KINDS`` (how it parses, how it is keyed, what to derive again when one changes);
+the rows of the group sources' objects come from their tables (``webhook.domain.group_sources``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from webhook.domain import parsing, slices
+from webhook.domain.group_sources import TABLES, Table
 from webhook.domain.model import Catalog, ComputeDomain, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.slices import SliceGpus
@@ -60,7 +62,7 @@ class ClusterStore:
         self._workloads = WorkloadTables()  # PodGroups, Workloads, JobSets, training jobs (docs/GROUPS.md)
         # The parsed objects of every kind, by key; the workload kinds' tables are those WorkloadTables reads.
         self._objects: dict[str, dict[ObjectKey, Any]] = {kind: {} for kind in KINDS}
-        self._objects.update(self._workloads.tables)
+        self._objects.update({t.label: self._workloads.tables[t.gvk] for t in TABLES})
         self._node_index = NodeIndex(self._objects["Node"])
         self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
         self._index = PodIndex()
@@ -261,16 +263,15 @@ class ClusterStore:
             self._cds[new.uid] = new
         self._rederive(key[0])
 
-    def _workload_changed(self, kind: str, key: ObjectKey, old: object, new: object) -> None:
+    def _workload_changed(self, table: Table, key: ObjectKey, old: object, new: object) -> None:
         if old != new:  # a status-only update parses to the same object: nothing to derive again
-            self._workloads.publish(kind, key)
+            self._workloads.publish(table, key)
             self._rederive(key[0])
 
     def _catalog(self, copy: bool = False) -> Catalog:
         """The live tables while deriving; copies for a snapshot, which outlives the next change."""
-        o, w = self._objects, self._workloads
-        catalog = Catalog(o["ResourceClaimTemplate"], o["ResourceClaim"], self._cds, o["Job"], w.pod_groups,
-                          w.gang_workloads, w.controllers)
+        o = self._objects
+        catalog = Catalog(o["ResourceClaimTemplate"], o["ResourceClaim"], self._cds, o["Job"], **self._workloads.views)
         if not copy:
             return catalog
         return Catalog(**{f.name: dict(getattr(catalog, f.name)) for f in fields(Catalog)})
@@ -338,8 +339,11 @@ def _named(obj: Any) -> ObjectKey:
     return (obj.namespace, obj.name)
 
 
-def _workload(kind: str) -> _Kind:
-    return _Kind(lambda _, obj: workload_tables.parse(kind, obj), _named, ClusterStore._workload_changed)
+def _workload(table: Table) -> _Kind:
+    def changed(store: ClusterStore, kind: str, key: ObjectKey, old: object, new: object) -> None:
+        store._workload_changed(table, key, old, new)
+
+    return _Kind(lambda _, obj: table.parse(obj, table.label), _named, changed)
 
 
 _KINDS: dict[str, _Kind] = {
@@ -354,7 +358,7 @@ _KINDS: dict[str, _Kind] = {
                                    _named, ClusterStore._catalog_changed),
     "ComputeDomain": _Kind(lambda _, obj: parsing.compute_domain(obj), _named, ClusterStore._cd_changed),
     "Job": _Kind(lambda _, obj: parsing.job(obj), _named, ClusterStore._catalog_changed),
-    **{kind: _workload(kind) for kind in workload_tables.KINDS},
+    **{table.label: _workload(table) for table in TABLES},
 }
 
 

@@ -1,61 +1,43 @@
 """The objects of Kubernetes' gang scheduling and of the workload controllers that the ``ClusterStore``
-keeps for grouping (docs/GROUPS.md), one table per watched kind.
+keeps for grouping (docs/GROUPS.md), one table per API group, version and kind a group source reads
+(``webhook.domain.group_sources.TABLES``).
 
-PodGroups come under two store kinds, one per API version watched (scheduling.k8s.io/v1beta1 in
-Kubernetes 1.37, v1alpha2 in 1.36), so that the relist of one never empties the other; grouping sees one
-table, the beta's object first. A JobSet or training job whose status alone changed parses to the same
-object: nothing is derived again then, so frequent status updates cost no re-derivation of pods.
+PodGroups come under two tables, one per API version watched (scheduling.k8s.io/v1beta1 in Kubernetes
+1.37, v1alpha2 in 1.36), so that the relist of one never empties the other; grouping sees one mapping, the
+beta's object first. A JobSet or training job whose status alone changed parses to the same object:
+nothing is derived again then, so frequent status updates cost no re-derivation of pods.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from webhook.domain import workload_parsing
-from webhook.domain.model import ControllerObject, GangGroup, GangWorkload, ObjectKey
+from webhook.domain.group_sources import GVK, TABLES, Parsed, Table
+from webhook.domain.model import ObjectKey
 
-POD_GROUP_KINDS = ("PodGroup", "PodGroup.v1alpha2")  # first wins when both are served
-CONTROLLER_KINDS = ("JobSet", "PyTorchJob", "MPIJob")
-KINDS = (*POD_GROUP_KINDS, "Workload", *CONTROLLER_KINDS)
-
-Parsed = GangGroup | GangWorkload | ControllerObject
-
-
-def parse(kind: str, obj: Mapping[str, Any]) -> Parsed | None:
-    """``None``: the same kind of another API group (Volcano's PodGroup), none of ours."""
-    if kind in POD_GROUP_KINDS:
-        return workload_parsing.pod_group(obj, kind)
-    if kind == "Workload":
-        return workload_parsing.gang_workload(obj)
-    return workload_parsing.controller(kind, obj)
+# The store's names for the tables (their labels), in the order of the sources.
+KINDS: tuple[str, ...] = tuple(t.label for t in TABLES)
+BY_LABEL: dict[str, Table] = {t.label: t for t in TABLES}
 
 
 class WorkloadTables:
-    """The views grouping reads, published from the store's tables of these kinds. Not thread-safe on its
-    own: the store calls it under its lock."""
+    """The mappings grouping reads (``Catalog`` fields, by name), published from the store's tables. Not
+    thread-safe on its own: the store calls it under its lock."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, dict[ObjectKey, Parsed]] = {kind: {} for kind in KINDS}  # filled by the store
-        self.pod_groups: dict[ObjectKey, GangGroup] = {}
-        self.gang_workloads: dict[ObjectKey, GangWorkload] = {}
-        self.controllers: dict[tuple[str, str, str], ControllerObject] = {}
+        self.tables: dict[GVK, dict[ObjectKey, Parsed]] = {t.gvk: {} for t in TABLES}  # filled by the store
+        # Typed by the Catalog's fields, which these become (webhook.state.cluster).
+        self.views: dict[str, dict[Any, Any]] = {t.view.field: {} for t in TABLES}
 
-    def publish(self, kind: str, key: ObjectKey) -> None:
-        """The object under ``key`` changed in the ``kind`` table: update the view grouping reads."""
-        current = self.tables[kind].get(key)
-        if kind in POD_GROUP_KINDS:
-            found = next((t[key] for k in POD_GROUP_KINDS if key in (t := self.tables[k])), None)
-            if isinstance(found, GangGroup):
-                self.pod_groups[key] = found
-            else:
-                self.pod_groups.pop(key, None)
-        elif kind == "Workload":
-            if isinstance(current, GangWorkload):
-                self.gang_workloads[key] = current
-            else:
-                self.gang_workloads.pop(key, None)
-        elif isinstance(current, ControllerObject):
-            self.controllers[(kind, *key)] = current
+    def publish(self, table: Table, key: ObjectKey) -> None:
+        """The object under ``key`` changed in ``table``: update the mapping grouping reads. Of the tables
+        that feed one entry of a mapping, the first that holds an object wins."""
+        entry = table.view_key(key)
+        found = next((held for t in TABLES
+                      if t.view == table.view and t.view_key(key) == entry
+                      and (held := self.tables[t.gvk].get(key)) is not None), None)
+        view = self.views[table.view.field]
+        if found is None:
+            view.pop(entry, None)
         else:
-            self.controllers.pop((kind, *key), None)
+            view[entry] = found

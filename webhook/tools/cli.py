@@ -13,7 +13,7 @@ from pathlib import Path
 
 from webhook import command
 from webhook.command import Bounds, Command, out_of_range
-from webhook.tools import explain, soak, workload
+from webhook.tools.simulate import workload
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -52,7 +52,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(ns: argparse.Namespace) -> int:
-    from webhook.tools import bench
+    from webhook.tools.bench import runner as bench
 
     cfg = bench.Config.quick_run(ns.out) if ns.quick else bench.Config(out=ns.out)
     overrides = {"sizes": ns.nodes, "concurrency": ns.concurrency, "duration": ns.duration, "repeats": ns.repeats,
@@ -92,7 +92,7 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_simulate(ns: argparse.Namespace) -> int:
-    from webhook.tools import sim_report, simulate
+    from webhook.tools.simulate import report, simulation
 
     policies = tuple(p.strip() for p in ns.policies.split(",") if p.strip())
     unknown = [p for p in policies if p not in workload.POLICIES]
@@ -108,8 +108,8 @@ def run_simulate(ns: argparse.Namespace) -> int:
         return 2
     params = workload.Params(seed=ns.seed, cliques=ns.cliques, jobs=ns.jobs, load=ns.load,
                              fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout)
-    result = simulate.run(params, policies, ns.out, plots=not ns.no_plots)
-    print(sim_report.tables(result), end="")
+    result = simulation.run(params, policies, ns.out, plots=not ns.no_plots)
+    print(report.tables(result), end="")
     written = ["report.md", "metrics.json", *result["plots"]]
     print(f"Wrote {', '.join(written)} to {ns.out.resolve()}")
     return 0
@@ -140,6 +140,8 @@ def _out_problem(out: Path) -> str | None:
 
 
 def add_soak_arguments(p: argparse.ArgumentParser) -> None:
+    from webhook.tools.soak import runner as soak  # it drives the demo cluster: imported for soak alone
+
     d = soak.Config
     p.add_argument("--minutes", type=float, required=True, help="how long to run")
     p.add_argument("--interval", type=float, default=d.interval,
@@ -151,6 +153,8 @@ def add_soak_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_soak(ns: argparse.Namespace) -> int:
+    from webhook.tools.soak import runner as soak
+
     problem = out_of_range(ns, SOAK_BOUNDS)
     if problem:
         print(f"imex-webhook soak: {problem}", file=sys.stderr)
@@ -163,6 +167,19 @@ def run_soak(ns: argparse.Namespace) -> int:
         print(f"imex-webhook soak: {exc}", file=sys.stderr)
         return 1
     return 0 if result.ok else 1
+
+
+def add_explain_arguments(p: argparse.ArgumentParser) -> None:
+    from webhook.tools.explain import client as explain  # an HTTP client: imported for explain alone
+
+    p.description = explain.DESCRIPTION
+    explain.add_arguments(p)
+
+
+def run_explain(ns: argparse.Namespace) -> int:
+    from webhook.tools.explain import client as explain
+
+    return explain.run(ns)
 
 
 BENCH = Command(
@@ -186,7 +203,7 @@ SOAK = Command(
     "threads and p50/p99 latency per verb every --interval seconds; check the placement invariants and RSS "
     "growth. Exits 1 on any violation. See docs/SOAK.md.")
 EXPLAIN = Command("explain", "ask a running service where a group is placed and why a pod waits",
-                  explain.add_arguments, explain.run, explain.DESCRIPTION)
+                  add_explain_arguments, run_explain)
 TOOLS = (BENCH, SIMULATE, SOAK)
 
 

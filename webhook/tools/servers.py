@@ -1,10 +1,10 @@
-"""Start the service and the baseline as real gunicorn processes, and read their CPU time.
+"""Start servers as real gunicorn subprocesses over TLS, and read their CPU time and memory.
 
-Both run as subprocesses of the benchmark with one gunicorn worker (with two, the
-kept-alive connections spread unevenly over the workers and throughput swings 2x between runs) and
-the same certificate. CPU time is read from ``/proc/<pid>/stat`` (utime + stime) of the gunicorn
-master and its worker, so the figure "CPU seconds per request" stays meaningful when other processes
-share the two cores, where wall-clock throughput does not.
+Shared by ``bench`` (the service and the baseline) and ``soak`` (the service). Each runs with one
+gunicorn worker (with two, the kept-alive connections spread unevenly over the workers and throughput
+swings 2x between runs) and a certificate made for the run. CPU time is read from ``/proc/<pid>/stat``
+(utime + stime) of the gunicorn master and its worker, so the figure "CPU seconds per request" stays
+meaningful when other processes share the two cores, where wall-clock throughput does not.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ class Tls:
 
 
 def make_tls(directory: Path) -> Tls:
-    """One CA and serving certificate for localhost, used by both servers."""
+    """One CA and serving certificate for localhost, shared by every server of a run."""
     made = cert_files.ensure_tls_dir(directory, ["localhost"], ["127.0.0.1"])
     return Tls(made.paths.cert, made.paths.key, made.paths.ca_cert)
 
@@ -151,22 +150,6 @@ def stop(server: Server) -> None:
 
 def tls_flags(tls: Tls) -> list[str]:
     return ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
-
-
-# The bench also measures kube-scheduler's full NodeList mode (nodeCacheCapable: false): 5,000 Nodes are more
-# than the default --max-body admits, so the service runs as such a deployment must (docs/HARDENING.md).
-NODELIST_MAX_BODY = 64 * 1024 * 1024
-
-
-def imex_command(port: int, tls: Tls, cluster: Path, threads: int, log_level: str) -> list[str]:
-    return [sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}", *tls_flags(tls),
-            "--cluster", str(cluster), "--threads", str(threads), "--log-level", log_level, "--workers", "1",
-            "--max-body", str(NODELIST_MAX_BODY)]
-
-
-def baseline_command(port: int, tls: Tls, threads: int) -> list[str]:
-    return [sys.executable, "-m", "webhook.tools.baseline_app", "--bind", f"127.0.0.1:{port}", *tls_flags(tls),
-            "--threads", str(threads)]
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from kubernetes.client import ApiClient
 
@@ -46,12 +47,10 @@ from webhook.adapters.kube.watch import Sink, Watcher
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import parsing
 from webhook.domain.model import Pod
+from webhook.engine.ports import Binder, Nudger, ReservationStore
 from webhook.errors import DecisionError, WireError
 from webhook.state import workload_tables
-from webhook.engine.bind import Binder
 from webhook.state.cluster import ClusterStore
-from webhook.engine.requeue import Nudger
-from webhook.state.reservations import ReservationStore
 
 log = logging.getLogger(__name__)
 __all__ = ["KubeBackend", "KubeBinder", "KubeConfigError", "connect"]
@@ -73,9 +72,8 @@ POOL_SIZE = 40
 class KubeBinder:
     """``Binder`` on the API server: a fresh read of a pod, and its binding."""
 
-    def __init__(self, api: Api, events: EventRecorder | None = None) -> None:
+    def __init__(self, api: Api) -> None:
         self._api = api
-        self.events = events  # the engine reports through it (webhook.engine.events.sink_of)
 
     def read_pod(self, namespace: str, name: str) -> Pod | None:
         try:
@@ -122,7 +120,7 @@ class KubeBackend:
         self._reservations = KubeReservationStore(api, holder)
         self.reservations: ReservationStore = self._reservations
         self.events = EventRecorder(api, holder)  # Events about pods and ComputeDomains (events)
-        self.binder: Binder = KubeBinder(api, self.events)
+        self.binder: Binder = KubeBinder(api)
         self.attachments = KubeAttachmentStore(api, store)
         self.nudger: Nudger | None = PodNudger(api)  # retries of the pods we refused (webhook.engine.requeue)
         self._lease = LeaseLeader(api, namespace, RECONCILER_LEASE, holder)
@@ -183,6 +181,12 @@ class KubeBackend:
 
     def note_pod(self, pod: Pod) -> None:
         """Nothing to do: the pod watch delivers every pod."""
+
+    def node_objects(self) -> list[dict[str, Any]]:
+        return []  # real node agents run on the nodes
+
+    def collectors(self) -> list[object]:
+        return [self.node_labels.counter] if self.node_labels is not None else []
 
     def is_leader(self) -> bool:
         """Whether this replica holds the reconciler's Lease (renewed as a side effect)."""

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from webhook.engine.events import ObjectRef, Occurrence
+from webhook.engine.occurrences import ObjectRef, Occurrence
 
 SERIES_WINDOW = 6 * 60.0  # client-go tools/events finishTime
 HEARTBEAT = 30 * 60.0  # client-go tools/events refreshTime

@@ -19,7 +19,7 @@ Why not the official client's ``kubernetes.leaderelection`` (``LeaderElection`` 
   passes no ``_request_timeout``: it would not use this adapter's client (credentials, connection pool,
   user agent), and one call to an API server that does not answer has no deadline;
 - it reads ``time.time()`` itself (no injectable clock, so the takeover test in
-  tests/kube/test_attachments.py could not run it on a test clock), its ``Config`` refuses a
+  tests/adapters/kube/test_attachments.py could not run it on a test clock), its ``Config`` refuses a
   ``retry_period`` under one second and answers a bad setting with ``sys.exit``.
 """
 

@@ -1,6 +1,6 @@
 """Domain ledgers in the API server: the compare-and-swap writes that keep two replicas from promising one
 domain's capacity twice (why two writes, and how a killed replica's promise is repaired:
-``webhook.state.reservations``).
+``webhook.engine.choices``).
 
 Every write of a ledger is guarded by the resourceVersion it was read at: a 409 Conflict means another
 replica wrote it first, so the ledger is read again and the arbiter asked again. Each write of a
@@ -21,8 +21,8 @@ from webhook.adapters.kube.api import Api, ApiError, Timeout
 from webhook.adapters.kube.cache import WatchedCache
 from webhook.adapters.kube.resources import DOMAIN_RESERVATIONS
 from webhook.domain.model import Reservation
-from webhook.errors import DecisionError, WireError
-from webhook.state.reservations import Arbiter, DomainFull
+from webhook.engine.ports import Arbiter
+from webhook.errors import DecisionError, DomainFull, WireError
 from webhook.wire import domain_reservation as dr
 
 log = logging.getLogger(__name__)

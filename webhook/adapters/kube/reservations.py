@@ -38,8 +38,8 @@ from webhook.adapters.kube.ledgers import (
 )
 from webhook.adapters.kube.resources import DOMAIN_RESERVATIONS
 from webhook.domain.model import Reservation
+from webhook.engine.ports import Arbiter
 from webhook.errors import DecisionError, StoreConflict, WireError
-from webhook.state.reservations import Arbiter
 from webhook.wire import domain_reservation as dr
 
 log = logging.getLogger(__name__)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from webhook.domain import group_sources
 from webhook.wire import domain_reservation as dr
 from webhook.wire import fabric_attachment as fa
 
@@ -55,13 +56,9 @@ CLUSTER_RESOURCES = (
     # GPUs of DRA-only nodes exist only as devices of the GPU driver's slices.
     Resource("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
     # Groups from Kubernetes' gang scheduling and the workload controllers (docs/GROUPS.md): PodGroups as
-    # Kubernetes 1.37 (beta) and 1.36 (alpha) serve them, 1.35's Workloads, JobSets, training jobs.
-    Resource("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups", True),
-    Resource("PodGroup.v1alpha2", "scheduling.k8s.io", "v1alpha2", "podgroups", True),
-    Resource("Workload", "scheduling.k8s.io", "v1alpha1", "workloads", True),
-    Resource("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", True),
-    Resource("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", True),
-    Resource("MPIJob", "kubeflow.org", "v2beta1", "mpijobs", True),
+    # Kubernetes 1.37 (beta) and 1.36 (alpha) serve them, 1.35's Workloads, JobSets, training jobs; one
+    # watch per table of the group sources, under the table's label.
+    *(Resource(t.label, t.gvk.group, t.gvk.version, t.plural, True) for t in group_sources.TABLES),
 )
 
 # NVIDIA's device plugin, whose pod the agent restarts after a hot-add (the settings can name others): the

@@ -13,7 +13,8 @@ needs (``BlockReads``, which ``inventory.py`` provides), and it waits for tasks 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import requests
 
@@ -35,6 +36,21 @@ class BlockReads(Protocol):
     def system_view(self, uri: str, operation: str, deadline: float | None) -> SystemView: ...
 
     def store_system(self, view: SystemView) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one request to compose or release came to (``Converger._submit``).
+
+    ``task``: accepted as a task (202), watched through ``monitor``; ``applied``: done at once (2xx), the
+    system's new ``etag`` with it; ``again``: a stale or missing If-Match (412, 428), the system re-read and
+    the try not counted; ``retry``: no answer or a retryable error, paused already; ``refused``: ``error``."""
+
+    kind: Literal["task", "applied", "again", "retry", "refused"]
+    etag: str = ""
+    monitor: str = ""
+    retry_after: float | None = None
+    error: FabricError | None = None
 
 
 class Converger:
@@ -142,31 +158,20 @@ class Converger:
             headers = {"If-Match": view.etag} if self.needs_if_match and view.etag else None
             if goal.attach:
                 issued.add(uri)
-            try:
-                resp = self.http.send("POST", target, json={"ResourceBlock": {"@odata.id": uri}}, headers=headers,
-                                 deadline=deadline)
-            except NoReply as exc:
-                last = FabricError(goal.operation, uri, f"no answer: {exc}", phase="submit", retryable=True,
-                                   deadline=exc.deadline)
-                log.warning("%s: %s; re-reading before a retry", goal.operation, last.detail)
-                self.http.pause(attempts, deadline)
-                continue
-            status = resp.status_code
-            if status == 202:
+            body = {"ResourceBlock": {"@odata.id": uri}}
+            answer = self._submit("POST", target, body, headers, view, seen, goal, uri, attempts, deadline)
+            if answer.kind == "task":
                 view.etag = ""  # the system changed; its new ETag is not in a 202
-                return Pending(uri, monitor_of(self.http, resp), "task accepted",
-                               retry_after=wire.retry_after(resp.headers.get("Retry-After")))
-            if 200 <= status < 300:
-                view.etag = resp.headers.get("ETag", "")
+                return Pending(uri, answer.monitor, "task accepted", retry_after=answer.retry_after)
+            if answer.kind == "applied":
+                view.etag = answer.etag
                 continue  # the re-read at the top confirms
-            if status in (412, 428):
-                view.update(self._precondition(resp, view, seen, goal, uri, deadline))
+            if answer.kind == "again":
                 attempts -= 1
                 continue
-            last = self.http.http_error(goal.operation, uri, resp, "submit")
-            if last.retryable:
-                log.warning("%s: %s; re-reading before a retry", goal.operation, last.detail)
-                self.http.pause(attempts, deadline, wire.retry_after(resp.headers.get("Retry-After")))
+            last = answer.error
+            assert last is not None
+            if answer.kind == "retry":
                 continue
             if attempts > 1:  # an earlier try may have landed after all: the block says
                 done, pending = self._settle(uri, goal, deadline)
@@ -201,34 +206,53 @@ class Converger:
             headers = {"If-Match": view.etag} if view.etag else None
             body = {"Links": {"ResourceBlocks": [{"@odata.id": u} for u in desired]}}
             named = ", ".join(todo)  # errors name the blocks; the operation names the system
-            try:
-                resp = self.http.send("PATCH", view.uri, json=body, headers=headers, deadline=deadline)
-            except NoReply as exc:
-                last = FabricError(goal.operation, named, f"no answer: {exc}", phase="submit", retryable=True,
-                                   deadline=exc.deadline)
+            answer = self._submit("PATCH", view.uri, body, headers, view, seen, goal, named, attempts, deadline)
+            if answer.kind == "task":
                 view.etag = ""
-                self.http.pause(attempts, deadline)
+                return pending + [Pending(u, answer.monitor, "task accepted", retry_after=answer.retry_after)
+                                  for u in todo]
+            if answer.kind == "applied":
+                view.blocks, view.etag = desired, answer.etag
                 continue
-            status = resp.status_code
-            if status == 202:
-                view.etag = ""
-                monitor, after = monitor_of(self.http, resp), wire.retry_after(resp.headers.get("Retry-After"))
-                return pending + [Pending(u, monitor, "task accepted", retry_after=after) for u in todo]
-            if 200 <= status < 300:
-                view.blocks, view.etag = desired, resp.headers.get("ETag", "")
-                continue
-            if status in (412, 428):
-                view.update(self._precondition(resp, view, seen, goal, named, deadline))
+            if answer.kind == "again":
                 attempts -= 1
                 continue
-            last = self.http.http_error(goal.operation, named, resp, "submit")
-            view.etag = ""
-            if last.retryable:
-                self.http.pause(attempts, deadline, wire.retry_after(resp.headers.get("Retry-After")))
+            last = answer.error
+            assert last is not None
+            view.etag = ""  # the list may have changed: edit it as it is now
+            if answer.kind == "retry":
                 continue
             if attempts > 1 and all(self._settle(u, goal, deadline)[0] for u in todo):
                 return pending + [Pending(u, "") for u in todo if goal.attach]
             raise last
+
+    def _submit(self, method: str, url: str, body: dict[str, Any], headers: dict[str, str] | None, view: SystemView,
+                seen: set[int], goal: Goal, named: str, attempts: int, deadline: float) -> Answer:
+        """Send one try and sort out its answer, the one place that reads the status; ``named``: the
+        block(s) the errors name. A try to retry is paused for here (its Retry-After honoured)."""
+        try:
+            resp = self.http.send(method, url, json=body, headers=headers, deadline=deadline)
+        except NoReply as exc:
+            error = FabricError(goal.operation, named, f"no answer: {exc}", phase="submit", retryable=True,
+                                deadline=exc.deadline)
+            log.warning("%s: %s; re-reading before a retry", goal.operation, error.detail)
+            self.http.pause(attempts, deadline)
+            return Answer("retry", error=error)
+        status = resp.status_code
+        if status == 202:
+            return Answer("task", monitor=monitor_of(self.http, resp),
+                          retry_after=wire.retry_after(resp.headers.get("Retry-After")))
+        if 200 <= status < 300:
+            return Answer("applied", etag=resp.headers.get("ETag", ""))
+        if status in (412, 428):
+            view.update(self._precondition(resp, view, seen, goal, named, deadline))
+            return Answer("again")
+        error = self.http.http_error(goal.operation, named, resp, "submit")
+        if not error.retryable:
+            return Answer("refused", error=error)
+        log.warning("%s: %s; re-reading before a retry", goal.operation, error.detail)
+        self.http.pause(attempts, deadline, wire.retry_after(resp.headers.get("Retry-After")))
+        return Answer("retry", error=error)
 
     def _unchanged(self, goal: Goal, uri: str) -> FabricError:
         text = f"the service accepted {self.http.retries + 1} requests but the block did not change"

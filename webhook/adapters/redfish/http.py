@@ -34,9 +34,10 @@ from webhook.adapters.redfish.auth import (
     SessionAuth,
     offers_no_sessions,
 )
-from webhook.adapters.redfish.limits import DEFAULT_MAX_RESPONSE, WATCHDOG, Guard, TrackingAdapter, read_body
+from webhook.adapters.redfish.limits import WATCHDOG, Guard, TrackingAdapter, read_body
 from webhook.adapters.redfish.origin import ForeignLink, Origin, foreign_link, is_absolute, origin_of, resolve
 from webhook.adapters.redfish.payloads import FabricError
+from webhook.domain.limits import DEFAULT_MAX_RESPONSE
 from webhook.errors import ImexWebhookError
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,6 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from webhook.adapters.redfish.payloads import FabricError, short
 
-DEFAULT_MAX_RESPONSE = 16 * 1024 * 1024  # an expanded 1,000-block collection is a few MiB
 CHUNK = 64 * 1024
 RECUT = 0.05  # a request still connecting at its deadline is cut this long after, once it has a socket
 

@@ -1,6 +1,6 @@
 """Redfish JSON for every resource the simulator serves, shaped on DMTF's ``public-composability`` mockup.
 
-Where the identity of a fabric GPU lives (the contract with ``webhook.adapters.redfish.client``): the block's
+Where the identity of a fabric GPU lives (the contract with ``webhook.adapters.redfish``): the block's
 Processor ``.../ResourceBlocks/<id>/Processors/GPU0`` has ``ProcessorType: GPU``, ``Model``,
 ``Manufacturer``, ``UUID`` (the bare UUID, because Resource.UUID has a pattern that "GPU-..." fails), and
 ``Oem.ImexWebhook`` ``{"GpuUuid": "GPU-<uuid>" as NVML prints it, "PciAddress": "dddd:bb:dd.f" the node

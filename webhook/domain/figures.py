@@ -1,0 +1,90 @@
+"""The figures an operator reads about each domain and each waiting group, computed once here for every view
+that shows them (``/metrics``, ``/inspect``, the cluster map)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from webhook.domain import filtering
+from webhook.domain.capacity import attachable, free_local
+from webhook.domain.model import Node, Reservation, Snapshot
+from webhook.domain.placement import members_summary
+from webhook.domain.policy import Policy
+
+# Why a group with pods still to place waits (label values of imex_webhook_groups_waiting):
+# in-domain: its domain is reserved, the scheduler has members still to place there (a gang gathering);
+# domain-fits: no domain recorded yet but one fits now (the scheduler has not filtered a member since);
+# no-domain-now: no domain has room now, one would once running pods finish;
+# no-domain-ever: no domain could hold the group even empty (or it already runs split across domains);
+# invalid-group: the pods' own objects contradict each other (admission says why);
+# not-evaluated: past MAX_EVALUATED groups without a domain in one call.
+WAITING_REASONS = ("in-domain", "domain-fits", "no-domain-now", "no-domain-ever", "invalid-group", "not-evaluated")
+# Judging a group without a domain is a pass over every domain (what /filter does): bounded per call.
+MAX_EVALUATED = 64
+
+
+@dataclass(frozen=True, slots=True)
+class DomainGpus:
+    total: int
+    free: int  # local GPUs not held by pods or attaches
+    attachable: int  # fabric GPUs the domain's nodes could take now (bounded by each zone's free blocks)
+    reserved: int = 0  # promised to members still to be placed of live reservations in the domain
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+
+def attachable_gpus(nodes: Sequence[Node], snapshot: Snapshot) -> int:
+    """Fabric GPUs these nodes could take now: per fabric zone, what the nodes could hold, at most the
+    zone's free blocks."""
+    zones = {n.fabric_zone for n in nodes if n.fabric_zone}
+    return sum(min(snapshot.fabric_free.get(z, 0), sum(attachable(n, snapshot) for n in nodes if n.fabric_zone == z))
+               for z in zones)
+
+
+def gpus_of(nodes: Sequence[Node], snapshot: Snapshot) -> DomainGpus:
+    return DomainGpus(total=sum(n.gpus for n in nodes), free=sum(free_local(n, snapshot) for n in nodes),
+                      attachable=attachable_gpus(nodes, snapshot))
+
+
+def domain_gpus(snapshot: Snapshot, promised: Mapping[str, Reservation], policy: Policy,
+                now: float) -> dict[str, DomainGpus]:
+    """Every domain's GPUs, with what live reservations hold for their members still to be placed."""
+    reserved: dict[str, int] = {}
+    for group_id, res in filtering.live_reservations(snapshot, promised, policy, now).items():
+        _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
+        reserved[res.domain] = reserved.get(res.domain, 0) + max(res.size - placed, 0) * res.gpus_per_pod
+    out = {}
+    for domain, names in snapshot.domains.items():
+        figures = gpus_of([snapshot.nodes[n] for n in names if n in snapshot.nodes], snapshot)
+        out[domain] = DomainGpus(figures.total, figures.free, figures.attachable, reserved.get(domain, 0))
+    return out
+
+
+def waiting_reasons(snapshot: Snapshot, promised: Mapping[str, Reservation], policy: Policy,
+                    now: float) -> dict[str, int]:
+    """Each group with a live pod not yet bound, by the reason /filter would give for it now."""
+    out = dict.fromkeys(WAITING_REASONS, 0)
+    budget = MAX_EVALUATED
+    for group_id, members in snapshot.members.items():
+        waiting = [m for m in members if not m.pod.terminated and not m.pod.deleting and not m.pod.node_name]
+        if not waiting:
+            continue
+        chosen = group_id in snapshot.reservations or group_id in promised
+        if not chosen:
+            if budget == 0:
+                out["not-evaluated"] += 1
+                continue
+            budget -= 1
+        ctx = filtering.context(waiting[0].pod, snapshot, promised, policy, now)
+        if ctx is None:
+            continue
+        if ctx.resolution.problems:
+            out["invalid-group"] += 1
+        elif ctx.domain is None:
+            out["no-domain-now" if ctx.resolvable_later else "no-domain-ever"] += 1
+        else:
+            out["domain-fits" if ctx.proposal is not None else "in-domain"] += 1
+    return out

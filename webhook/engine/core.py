@@ -1,0 +1,81 @@
+"""What every verb works with: the caches, the stores and seams of ``webhook.engine.ports``, the policy, the
+choose-and-record machinery (``webhook.engine.choices``) and the snapshot all of them read.
+
+The verbs (``filter``, ``bind``, ``preempt``, ``housekeeping``, ``requeue``) are functions over a ``Core``;
+``webhook.engine.engine.Engine`` is the ``Core`` with the verbs as methods, the one object the HTTP layer
+and the service hold. Every collaborator comes in through the constructor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from webhook.domain.model import Reservation, Snapshot
+from webhook.domain.policy import Policy
+from webhook.engine.choices import Choices
+from webhook.engine.events import LogEvents, Reporter
+from webhook.engine.ports import Attacher, Binder, EventSink, NoFabric, ReservationStore
+from webhook.engine.refusals import Refusals
+from webhook.errors import DecisionError
+from webhook.state.cluster import ClusterStore
+from webhook.state.node_sets import NodeSets
+
+
+class Core:
+    def __init__(self, store: ClusterStore, reservations: ReservationStore, binder: Binder, policy: Policy, *,
+                 attacher: Attacher | None = None, events: EventSink | None = None, holder: str = "",
+                 bind_budget: float = 20.0, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.reservations = reservations
+        self.binder = binder
+        self.attacher: Attacher = attacher if attacher is not None else NoFabric()
+        self.policy = policy
+        self.holder = holder
+        self.bind_budget = bind_budget
+        self.clock = clock
+        self.choices = Choices(reservations, policy, holder, clock)
+        # Kubernetes Events about pods and ComputeDomains (webhook.engine.events); never blocks, never raises.
+        self.events: EventSink = events if events is not None else LogEvents()
+        self.report = Reporter(self.events, policy)
+        self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
+        self._snapshot: tuple[Snapshot, Mapping[str, Reservation], Snapshot] | None = None
+        # Groups the filter refused, for the retry once capacity returns (webhook.engine.requeue); every
+        # change of the caches, and every refusal, wakes the workers that act on it.
+        self.refusals = Refusals()
+        self.changes = threading.Event()
+        store.subscribe(self.changes.set)
+        reservations.subscribe(self.changes.set)
+
+    def snapshot(self) -> Snapshot:
+        base, reservations = self.store.snapshot(), self.reservations.all()
+        last = self._snapshot
+        if last is not None and last[0] is base and last[1] is reservations:
+            return last[2]  # neither changed since: the same snapshot, not another copy per request
+        snapshot = replace(base, reservations=reservations)
+        self._snapshot = (base, reservations, snapshot)
+        return snapshot
+
+    def loading(self) -> str | None:
+        """Why the caches cannot be trusted yet, or None. Until every initial list has arrived a replica
+        sees reservations without their members (or members without their reservations): a choice would
+        ignore other groups' capacity and housekeeping would release live groups' reservations."""
+        waiting = sorted(kind for kind, synced in self.store.sync_state().items() if not synced)
+        if not self.reservations.synced:
+            waiting.append("DomainReservation")
+        if not waiting:
+            return None
+        return (f"the extender's caches are still loading ({', '.join(waiting)} not listed yet); "
+                "the scheduler retries")
+
+    def require_loaded(self) -> None:
+        why = self.loading()
+        if why is not None:
+            raise DecisionError(why)
+
+    def inputs(self) -> tuple[object, ...]:
+        """What a filter decision depends on, by identity: equal tuples mean an equal decision."""
+        return (self.store.snapshot(), self.reservations.all(), self.reservations.promises(),
+                self.choices.in_flight)

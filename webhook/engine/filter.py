@@ -1,0 +1,103 @@
+"""The filter and prioritize verbs: run the pure decision against the current state; the first filter of a
+group that has no reservation also chooses its domain and records it (``webhook.engine.choices``) before
+any member passes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from webhook.domain import filtering, scoring
+from webhook.domain.model import Node, Pod
+from webhook.engine.choices import DomainArbiter
+from webhook.engine.core import Core
+from webhook.engine.decision_log import decision_log, log
+from webhook.errors import DecisionError, DomainFull
+
+# Domain choices one first pod makes when other replicas keep filling the domain it chose.
+CHOOSE_ATTEMPTS = 5
+
+NodeView = Mapping[str, Node] | None  # the nodes as the scheduler sent them (None: the cache's)
+
+
+def _decide(core: Core, pod: Pod, candidates: Sequence[str],
+            node_view: NodeView) -> tuple[filtering.FilterOutcome, tuple[object, ...]]:
+    now = core.clock()
+    inputs = core.inputs()
+    result = filtering.filter_nodes(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now,
+                                    node_view, core.holder, core.node_sets)
+    return result, inputs
+
+
+def filter_pod(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> filtering.FilterOutcome:
+    core.require_loaded()
+    result, inputs = _decide(core, pod, candidates, node_view)
+    ctx = result.context
+    if ctx is not None and ctx.reservation is not None and not ctx.reservation.version:
+        try:
+            result = _choose(core, pod, candidates, node_view, result, inputs)
+        except DecisionError as exc:
+            decision_log("filter", pod.ref, group=ctx.group.id if ctx.group else None, outcome="error",
+                         reason=str(exc))
+            raise
+    ctx = result.context
+    if ctx is not None:
+        group = ctx.group
+        if group is not None and not result.passed:
+            core.refusals.refused(group.id, tuple(candidates), inputs)
+            core.changes.set()
+        if result.outcome == "no-domain":
+            core.report.no_domain(pod, ctx, core.store.snapshot().catalog)
+        decision_log(
+            "filter", pod.ref, group=group.id if group else None, domain=ctx.domain,
+            outcome=result.outcome, passed=len(result.passed), failed=len(result.failed),
+            unresolvable=len(result.unresolvable), reason=ctx.reason,
+        )
+    return result
+
+
+def _choose(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView,
+            result: filtering.FilterOutcome, inputs: tuple[object, ...] | None) -> filtering.FilterOutcome:
+    """The group has no stored reservation: choose under the lock, store, and filter against what holds."""
+    allowed = frozenset(candidates)
+    choices = core.choices
+    what = "of this pod"
+    for _ in range(CHOOSE_ATTEMPTS):
+        with choices.hold():
+            now = core.clock()
+            if inputs is None or any(a is not b for a, b in zip(core.inputs(), inputs, strict=True)):
+                result, inputs = _decide(core, pod, candidates, node_view)  # something changed: choose again
+            ctx = result.context
+            res = ctx.reservation if ctx is not None else None
+            if ctx is None or ctx.group is None or res is None or res.version:
+                return result  # stored meanwhile (another thread, the watch), or no domain now
+            if ctx.proposal is None and now - res.created_at > core.policy.proposal_ttl / 2:
+                res = replace(res, created_at=now, holder=core.holder)  # renew an old promise first
+            choices.fly(res)
+        what = f"{res.namespace}/{res.group_name}"
+        try:
+            stored = choices.store(res, DomainArbiter(choices, core.snapshot, res, ctx.group, ctx.demand, allowed))
+        except DomainFull as exc:
+            log.info("choosing again for group %s: %s", what, exc)
+            inputs = None
+            continue
+        if stored.domain == res.domain:
+            core.report.reserved(pod, ctx.group, stored, core.store.snapshot().catalog)
+            return result
+        # Another replica reserved the group first: its domain holds; filter against it.
+        return _decide(core, pod, candidates, node_view)[0]
+    raise DecisionError(f"could not reserve a domain for group {what}: other replicas "
+                        f"promised each domain chosen to other groups first ({CHOOSE_ATTEMPTS} tries); "
+                        "the scheduler retries")
+
+
+def prioritize(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> list[tuple[str, int]]:
+    now = core.clock()
+    return scoring.prioritize(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now,
+                              node_view)
+
+
+def scores(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> dict[str, int]:
+    """``prioritize`` without the candidates that score the minimum (``scoring.weigh``)."""
+    now = core.clock()
+    return scoring.weigh(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now, node_view)

@@ -1,0 +1,116 @@
+"""The flags of ``imex-webhook serve``: every default is the one :class:`.groups.Settings` holds (or
+:class:`webhook.domain.policy.Policy`), shown in ``serve --help``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT
+from webhook.service.settings.groups import Settings, default_tls_dir
+
+LOG_FORMATS = ("plain", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = Settings()
+    server, tls, limits, cluster, fabric, policy = d.server, d.tls, d.limits, d.cluster, d.fabric, d.policy
+    net = parser.add_argument_group("server")
+    net.add_argument("--bind", default=server.bind, help="HOST:PORT to listen on (default %(default)s)")
+    net.add_argument("--workers", type=int, default=server.workers,
+                     help="gunicorn worker processes: 1, the only value accepted (each worker would hold its own "
+                          "caches and state); scale with replicas in Kubernetes mode, --threads in one process")
+    net.add_argument("--threads", type=int, default=server.threads,
+                     help="threads per worker (gthread; default %(default)s)")
+    net.add_argument("--max-body", type=int, default=limits.max_body,
+                     help="largest request body in bytes (default %(default)s, room for a 5,000-node NodeList)")
+    net.add_argument("--bind-budget", type=float, default=limits.bind_budget,
+                     help="seconds /bind may spend (attach + binding); keep below the extender httpTimeout")
+    net.add_argument("--handshake-timeout", type=float, default=limits.handshake_timeout, metavar="S",
+                     help="seconds a client has for the TLS handshake (default %(default)s)")
+    net.add_argument("--header-timeout", type=float, default=limits.header_timeout, metavar="S",
+                     help="seconds a client has to send a request head (default %(default)s)")
+    net.add_argument("--body-timeout", type=float, default=limits.body_timeout, metavar="S",
+                     help="seconds a client has to send a request body after its head (default %(default)s)")
+    net.add_argument("--max-buffered", type=int, default=limits.max_buffered, metavar="BYTES",
+                     help="request bytes held for requests still arriving, all connections together; beyond it "
+                          "their bodies wait (default: 4 x --max-body, at least 256 MiB)")
+    net.add_argument("--probe-bind", default=server.probe_bind, metavar="HOST:PORT",
+                     help="also serve /healthz, /readyz and /metrics, and nothing else, over plain HTTP here, with "
+                          "their own connections and threads (default: none)")
+    net.add_argument("--max-connections", type=int, default=limits.max_connections, metavar="N",
+                     help="connections held on --bind; past it a new one closes the oldest idle one "
+                          "(default %(default)s, fewer if the descriptor limit is low)")
+    net.add_argument("--max-connections-per-source", type=int, default=limits.max_connections_per_source,
+                     metavar="N",
+                     help="connections held on --bind from one address; past it a new one closes that address's "
+                          "oldest idle one (default %(default)s)")
+    net.add_argument("--write-timeout", type=float, default=limits.write_timeout, metavar="S",
+                     help="seconds a client has to read a whole response (default %(default)s)")
+    net.add_argument("--access-log", action="store_true", help="log every HTTP request")
+    net.add_argument("--exit-with-parent", action="store_true",
+                     help="stop when the process that started serve exits (for tools that run it as a child)")
+    tls_flags = parser.add_argument_group("TLS")
+    tls_flags.add_argument("--tls-cert", type=Path, help="serving certificate (PEM); with --tls-key")
+    tls_flags.add_argument("--tls-key", type=Path, help="serving key (PEM); with --tls-cert")
+    tls_flags.add_argument("--tls-dir", type=Path,
+                           help="directory with ca.crt/tls.crt/tls.key, created if absent "
+                                f"(default without --tls-cert: {default_tls_dir()})")
+    tls_flags.add_argument("--client-ca", type=Path, metavar="FILE",
+                           help="CA of the clients that may call /filter, /prioritize, /bind and /preempt (the "
+                                "scheduler's client certificate); without it those verbs answer any caller")
+    tls_flags.add_argument("--client-subject", action="append", metavar="NAME",
+                           help="subject (CN, DNS or URI SAN) of a client certificate that may call the extender "
+                                f"verbs; repeatable (default {', '.join(tls.client_subjects)}, the scheduler's)")
+    tls_flags.add_argument("--inspect-subject", action="append", metavar="NAME",
+                           help="subject of a client certificate that may read /inspect and /ui (loopback, as "
+                                "kubectl port-forward arrives, may too); repeatable (default "
+                                f"{', '.join(tls.inspect_subjects)})")
+    tls_flags.add_argument("--service-name", default=tls.service_name, help="Service name for the certificate SANs")
+    tls_flags.add_argument("--namespace", default=tls.namespace, help="namespace for the certificate SANs")
+    src = parser.add_argument_group("cluster state")
+    src.add_argument("--kubeconfig", type=Path, help="use the Kubernetes API from this kubeconfig")
+    src.add_argument("--in-cluster", action="store_true", help="use the in-cluster service account")
+    src.add_argument("--cluster", type=Path, action="append", default=[], metavar="FILE",
+                     help="embedded mode: Kubernetes objects (YAML/JSON, List or multi-document); repeatable")
+    src.add_argument("--fabric", default=fabric.manager,
+                     help="fabric manager: a Redfish service URL, 'embedded' (the built-in simulator) or 'none'")
+    src.add_argument("--fabric-credentials", type=Path, metavar="FILE",
+                     help="Redfish credentials: 'user:password' or YAML {username, password}")
+    src.add_argument("--fabric-ca", type=Path, metavar="FILE", help="CA that signed the Redfish service's certificate")
+    src.add_argument("--fabric-refresh", type=float, default=fabric.refresh,
+                     help="seconds between fabric inventory refreshes and reconcile rounds (default %(default)s)")
+    src.add_argument("--fabric-max-response", type=int, default=fabric.max_response, metavar="BYTES",
+                     help="largest Redfish reply body read; a larger one is refused and its connection closed "
+                          "(default %(default)s)")
+    src.add_argument("--attach-timeout", type=float, default=fabric.timeouts.attach,
+                     help="seconds from attach start to Ready before an attach is rolled back (default %(default)s)")
+    src.add_argument("--orphan-grace", type=float, default=fabric.timeouts.orphan_grace,
+                     help="seconds a composed block no attachment accounts for is left alone before it is "
+                          "detached (default %(default)s)")
+    src.add_argument("--watch-stall-timeout", type=float, default=cluster.watch_stall_timeout,
+                     help="Kubernetes mode: seconds a watch may make no progress (no list, event, bookmark or "
+                          "re-watch; an idle open watch is not stalled) before /readyz turns false "
+                          "(default %(default)s)")
+    pol = parser.add_argument_group("policy")
+    pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
+                     help="node label naming the domain; repeatable, first present wins "
+                          f"(default {', '.join(policy.domain_labels)})")
+    pol.add_argument("--channel-device-class", action="append", default=[], metavar="CLASS",
+                     help="DeviceClass of IMEX channels; repeatable "
+                          f"(default {', '.join(policy.channel_device_classes)})")
+    pol.add_argument("--scheduler-name", default=policy.scheduler_name, help="the dedicated scheduler profile")
+    pol.add_argument("--reservation-ttl", type=float, default=policy.reservation_ttl,
+                     help="seconds a reservation lives with no member placed (default %(default)s; at least "
+                          f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")
+    pol.add_argument("--housekeeping-interval", type=float, default=cluster.housekeeping_interval,
+                     help="seconds between timed housekeeping rounds, besides the round after every cache change: "
+                          "expired reservations, the grace for groups this replica never saw placed, dead "
+                          "promises (default %(default)s)")
+    pol.add_argument("--pod-ttl", type=float, default=cluster.pod_ttl,
+                     help="embedded mode: seconds an unbound pod learnt from requests is kept after the last "
+                          "request naming it (default %(default)s)")
+    out = parser.add_argument_group("logging")
+    out.add_argument("--log-format", choices=LOG_FORMATS, default=d.log.format)
+    out.add_argument("--log-level", choices=LOG_LEVELS, default=d.log.level)

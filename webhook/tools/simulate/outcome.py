@@ -1,0 +1,41 @@
+"""What a simulation run leaves behind: each job's state and one policy's whole outcome.
+
+``simulation`` fills them in, ``report`` turns them into metrics; both import them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from webhook.tools.simulate.workload import Job, Params
+
+
+@dataclass
+class JobState:
+    placed: list[int | None]
+    bound_at: list[float]
+    first_placed: float | None = None
+    started: float | None = None
+    ended: float | None = None
+    outcome: str = "pending"  # pending | running | completed | stuck
+    split: bool = False
+    held_gpu_seconds: float = 0.0  # GPU-seconds held by pods of a job that was torn down as stuck
+
+    @property
+    def placed_count(self) -> int:
+        return sum(1 for n in self.placed if n is not None)
+
+
+@dataclass
+class Outcome:
+    """Everything one policy's run produced; ``report`` turns it into metrics."""
+
+    policy: str
+    params: Params
+    jobs: list[Job]
+    states: list[JobState]
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, GPUs held, GPUs useful)
+    decisions: list[float] = field(default_factory=list)  # seconds per pod scheduling attempt
+    attaches: int = 0
+    attached_gpus: int = 0
+    wall_seconds: float = 0.0
