@@ -14,12 +14,15 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import promql_parser as pp
 import pytest
 import requests
 import yaml
@@ -92,6 +95,26 @@ def test_the_latency_alert_fires_at_80_percent_of_the_schedulers_http_timeout() 
 
 def test_the_attach_alert_fires_at_80_percent_of_the_bind_budget() -> None:
     assert promql.threshold(alert("ImexFabricAttachSlow")["expr"]) == (">", 0.8 * settings.DEFAULT_BIND_BUDGET)
+
+
+FULL_RACK = "ImexWebhookNoDomainFitsFullRack"
+
+
+def _full_rack(rule: dict[str, Any]) -> tuple[tuple[str, float], tuple[str, float], str]:
+    """The full-rack alert's two comparisons, (room for 4-GPU pods, GPUs of the largest domain), and its
+    duration: ``<room> < pods and on (namespace) <size> >= GPUs``."""
+    top = promql.parse(rule["expr"])
+    assert isinstance(top, pp.BinaryExpr) and str(top.op) == "and", rule["expr"]
+    (room,) = promql.selectors(str(top.lhs))
+    assert promql.metric_name(room) == "imex_webhook_largest_group_fits"
+    assert ("gpus_per_pod", "4") in {(m.name, m.value) for m in room.matchers.matchers}
+    return promql.threshold(str(top.lhs)), promql.threshold(str(top.rhs)), str(rule["for"])
+
+
+def test_the_full_rack_alert_wants_room_for_a_64_gpu_job_where_a_domain_could_hold_one() -> None:
+    room, size, duration = _full_rack(alert(FULL_RACK))
+    assert (room, size, duration) == (("<", 16), (">=", 64), "2h")
+    assert room[1] * 4 == size[1]  # 16 pods of 4 GPUs
 
 
 # -- Alerts and their runbook ----------------------------------------------------------------------------
@@ -259,6 +282,9 @@ def test_the_demo_run_shows_in_the_alerting_metrics(scrapes: dict[str, str]) -> 
     assert values[("imex_webhook_groups_waiting", (("reason", "no-domain-ever"),))] == 1
     assert values[("imex_webhook_fabric_attachments", (("phase", "Ready"),))] == 2  # the fabric job's two pods
     assert values[("imex_webhook_fabric_attach_duration_seconds_count", (("outcome", "ready"),))] == 2
+    # After the demo's jobs no rack has 16 trays free: the full-rack alert's condition holds.
+    room, _, _ = _full_rack(alert(FULL_RACK))
+    assert values[("imex_webhook_largest_group_fits", (("gpus_per_pod", "4"),))] == 12 < room[1]
     bucket = [s for s in values if s[0] == "imex_webhook_request_duration_seconds_bucket"]
     top = max(float(dict(labels)["le"]) for _, labels in bucket if dict(labels)["le"] != "+Inf")
     # histogram_quantile can only report a p99 above the alert's threshold if a bucket bound lies above it.
@@ -290,10 +316,19 @@ def test_the_dashboard_is_one_grid_of_panels_each_querying_the_chosen_prometheus
 def test_the_dashboard_covers_what_an_operator_asks_first() -> None:
     queried = " ".join(t["expr"] for p in panels() for t in p["targets"])
     for metric in ("imex_webhook_domain_gpus", "imex_webhook_groups_waiting", "imex_webhook_request_duration_seconds",
-                   "imex_webhook_fabric_attach_duration_seconds", "imex_webhook_cache_progress_age_seconds"):
+                   "imex_webhook_fabric_attach_duration_seconds", "imex_webhook_cache_progress_age_seconds",
+                   "imex_webhook_domain_fit_pods", "imex_webhook_largest_group_fits"):
         assert metric in queried, metric
     latency = [t["expr"] for p in panels() for t in p["targets"] if "request_duration_seconds_bucket" in t["expr"]]
     assert latency and all("verb" in promql.grouping_labels(e) for e in latency)
+
+
+def test_the_largest_group_panel_draws_the_full_rack_alerts_line() -> None:
+    (panel,) = [p for p in panels() if any("imex_webhook_largest_group_fits" in t["expr"] for t in p["targets"])]
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    room, _, _ = _full_rack(alert(FULL_RACK))
+    assert [s["value"] for s in steps] == [None, room[1]]
+    assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] == "line"
 
 
 # -- The component, rendered -----------------------------------------------------------------------------
@@ -372,6 +407,47 @@ def test_the_dashboard_ships_as_a_config_map_grafanas_sidecar_loads(rendered: li
     assert config_map["metadata"]["namespace"] == deploy.NAMESPACE
     assert json.loads(config_map["data"]["imex-webhook.json"]) == dashboard()
     assert len(yaml.safe_dump(config_map).encode()) < 1024 * 1024  # a ConfigMap holds at most 1 MiB
+
+
+def _documented_patch() -> list[dict[str, Any]]:
+    """The overlay patch the full-rack alert's runbook section gives."""
+    section = _anchors(DOCS.read_text())[FULL_RACK.lower()]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    patches: list[dict[str, Any]] = yaml.safe_load(block)["patches"]
+    return patches
+
+
+def _build(overlay: Path, component: Path, patches: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(upstream.MANIFESTS, overlay)],
+        "components": [os.path.relpath(component, overlay)], "patches": patches}))
+    return subprocess.run([str(upstream.kustomize()), "build", str(overlay)], capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+@upstream.COLD_CACHE
+def test_the_runbooks_patch_sets_the_full_rack_alerts_threshold_and_duration_alone(tmp_path: Path) -> None:
+    proc = _build(tmp_path / "overlay", MONITORING, _documented_patch())
+    assert proc.returncode == 0, proc.stderr
+    rule = _one([d for d in yaml.safe_load_all(proc.stdout) if d], "PrometheusRule")
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    (patched,) = [r for r in rules if r["alert"] == FULL_RACK]
+    assert _full_rack(patched) == (("<", 18), (">=", 72), "30m")
+    assert [r for r in rules if r is not patched] == [a for a in alerts() if a["alert"] != FULL_RACK]
+
+
+@upstream.COLD_CACHE
+def test_the_runbooks_patch_is_refused_once_the_rule_has_moved(tmp_path: Path) -> None:
+    moved = tmp_path / "monitoring"
+    shutil.copytree(MONITORING, moved)
+    doc = rule_file()
+    doc["spec"]["groups"].insert(0, doc["spec"]["groups"].pop())
+    (moved / "prometheusrule.yaml").write_text(yaml.safe_dump(doc))
+    assert _build(tmp_path / "same", moved, []).returncode == 0  # the moved rule file itself builds
+    proc = _build(tmp_path / "overlay", moved, _documented_patch())
+    assert proc.returncode != 0 and "/spec/groups/5/rules/0/alert" in proc.stderr, proc.stderr
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -79,6 +79,9 @@ def _shown(driver: Any) -> dict[str, Any]:
           trays: trays,
           metas: Object.fromEntries([...document.querySelectorAll('[data-domain]')].map(
             d => [d.dataset.domain, d.querySelector('.meta').textContent])),
+          fits: Object.fromEntries([...document.querySelectorAll('[data-domain]')].map(
+            d => [d.dataset.domain, (d.querySelector('.fits') || {}).textContent || null])),
+          largest: document.getElementById('largest').textContent,
           groups: [...document.querySelectorAll('#groups tr[data-group]')].map(r => r.dataset.group),
           waiting: Object.fromEntries([...document.querySelectorAll('#waiting [data-group]')].map(
             w => [w.dataset.group, w.textContent])),
@@ -98,7 +101,8 @@ def _shown(driver: Any) -> dict[str, Any]:
 
 
 def _check_matches(shown: dict[str, Any], inspect: dict[str, Any]) -> None:
-    """Every domain with its nodes, every group, its GPUs on the nodes its pods are bound to."""
+    """Every domain with its nodes and the room a new group has there, every group, its GPUs on the nodes its
+    pods are bound to."""
     assert shown["trays"] == {d["domain"]: [n["node"] for n in d["nodeDetails"]] for d in inspect["domains"]}
     assert sorted(shown["groups"]) == sorted(g["group"] for g in inspect["groups"])
     for g in inspect["groups"]:
@@ -109,6 +113,15 @@ def _check_matches(shown: dict[str, Any], inspect: dict[str, Any]) -> None:
     assert sorted(shown["reservations"]) == sorted(r["group"] for r in inspect["reservations"])
     assert sorted(shown["attachments"]) == sorted(a["pod"] for a in inspect["attachments"])
     assert shown["pools"] == {z: min(n, 512) for z, n in inspect["fabricFree"].items()}
+    assert shown["fits"] == {d["domain"]: "a new group fits here now: " + _room(d["fitPods"])
+                             for d in inspect["domains"]}
+    assert shown["largest"] == "Largest new group one domain fits now: " + _room(inspect["largestGroupFits"])
+
+
+def _room(fits: dict[str, int]) -> str:
+    pods = "pod" if fits["4"] == 1 else "pods"
+    return f"{fits['4']} {pods} \N{MULTIPLICATION SIGN} 4 GPUs \N{MIDDLE DOT} {fits['2']} \N{MULTIPLICATION SIGN} 2 " \
+           f"\N{MIDDLE DOT} {fits['1']} \N{MULTIPLICATION SIGN} 1"
 
 
 def test_the_map_shows_the_demo_cluster_follows_binds_and_logs_no_error(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """What ``/inspect`` adds for the cluster map and ``explain`` (webhook/domain/inspection_detail.py): each
-domain's kind and nodes with their GPUs by group, and each group's state with the reason it waits, the
-scheduler's own reason when no domain can take it."""
+domain's kind and nodes with their GPUs by group and the pods a new group could get there now (the figure
+/metrics exports), and each group's state with the reason it waits, the scheduler's own reason when no
+domain can take it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from tests import builders as b
-from webhook.domain import inspection, inspection_detail, keys
+from webhook.domain import figures, inspection, inspection_detail, keys
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 
@@ -174,3 +175,23 @@ def test_a_hostile_group_name_is_carried_as_plain_data() -> None:
                                                                        keys.GROUP_SIZE_ANNOTATION: "2"})]
     (g,) = _summary(objects)["groups"]
     assert g["state"] == "pending" and g["name"].startswith("ml/<img")
+
+
+def test_each_domain_says_how_many_pods_of_1_2_and_4_gpus_a_new_group_could_get_there_now() -> None:
+    objects = [*b.rack("a", RACK, 4), *b.rack("b", RACK_2, 2), *b.cd_objects("two", 2), *_cd_pods("two", 2, []),
+               b.pod("busy", None, gpus=3, node="a-00", phase="Running")]
+    body = _summary(objects, stored=(_res("two", RACK_2, 2),))  # one pod per node: both of rack b are promised
+    fits = {d["domain"]: d["fitPods"] for d in body["domains"]}
+    assert fits == {RACK: {"1": 13, "2": 6, "4": 3}, RACK_2: {"1": 0, "2": 0, "4": 0}}
+    assert body["largestGroupFits"] == {"1": 13, "2": 6, "4": 3}
+    # What /metrics exports for the same cluster at the same instant.
+    snap = b.snapshot(objects, {f"cd:{b.cd_uid('two')}": _res("two", RACK_2, 2)})
+    exported = figures.fit_pods(snap, {}, Policy(), NOW)
+    assert fits == {d: {str(g): n for g, n in by.items()} for d, by in exported.items()}
+
+
+def test_a_reservation_past_its_ttl_leaves_its_domain_free_for_a_new_group_only_with_the_service_clock() -> None:
+    old = _res("two", RACK, 2, created=0.0)  # long expired at NOW
+    snap: Snapshot = replace(b.snapshot(b.rack("a", RACK, 2)), reservations={old.group_id: old})
+    assert inspection.summarize(snap, {}, Policy(), NOW)["domains"][0]["fitPods"] == {"1": 8, "2": 4, "4": 2}
+    assert inspection.summarize(snap, {})["domains"][0]["fitPods"] == {"1": 0, "2": 0, "4": 0}

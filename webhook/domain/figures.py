@@ -1,14 +1,16 @@
-"""The figures an operator reads about each domain and each waiting group, computed once here for every view
-that shows them (``/metrics``, ``/inspect``, the cluster map)."""
+"""The figures an operator reads about each domain and each waiting group, and the room one new group has in
+each domain, computed once here for every view that shows them (``/metrics``, ``/inspect``, the cluster map,
+``imex-webhook explain``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.domain import filtering
+from webhook.domain import filtering, placement
 from webhook.domain.capacity import attachable, free_local
-from webhook.domain.model import Node, Reservation, Snapshot
+from webhook.domain.health import domain_health
+from webhook.domain.model import Demand, Group, GroupKind, Node, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
 
@@ -88,3 +90,61 @@ def waiting_reasons(snapshot: Snapshot, promised: Mapping[str, Reservation], pol
         else:
             out["domain-fits" if ctx.proposal is not None else "in-domain"] += 1
     return out
+
+
+# -- Free slots: what one new group could be given now ---------------------------------------------------
+
+# GPUs per pod the free-slot figures are computed for (label values of imex_webhook_domain_fit_pods): fixed,
+# so that no caller can grow the label set or the work of a scrape.
+FIT_SIZES = (1, 2, 4)
+# The group the free-slot figures ask about: no ComputeDomain (any node may take several of its pods), no
+# reservation of its own, an id no group source makes (so no promise is its own and none is skipped).
+NEW_GROUP = Group(id="figures:new-group", kind=GroupKind.ANNOTATION, namespace="", name="a new group",
+                  compute_domain=None, one_pod_per_node=False)
+
+
+def fit_pods(snapshot: Snapshot, promised: Mapping[str, Reservation], policy: Policy, now: float,
+             sizes: Sequence[int] = FIT_SIZES) -> dict[str, dict[int, int]]:
+    """For every domain and each size in ``sizes``: how many pods of that many GPUs one new group could be
+    given there now, with what live reservations promise other groups taken out first."""
+    return fits_beside(snapshot, filtering.live_reservations(snapshot, promised, policy, now), policy, sizes)
+
+
+def fits_beside(snapshot: Snapshot, others: Mapping[str, Reservation], policy: Policy,
+                sizes: Sequence[int] = FIT_SIZES) -> dict[str, dict[int, int]]:
+    """``fit_pods`` beside the promises in ``others`` (live ones, as the caller judged them).
+
+    The figure is the /filter decision's own: ``placement.offer`` for a group no promise belongs to,
+    asked for more pods than the domain could ever hold, so what it offers is the domain's whole room now
+    (nodes that take no member, such as unhealthy, not Ready or cordoned ones, are left out by the offer
+    itself). A new group asks for GPUs either from the device plugin or as DRA devices; a domain offers it
+    the larger of the two. With ``fabric_health`` ``refuse`` a domain whose NVLink fabric is degraded gets
+    no new group, so it has room for none.
+    """
+    held: dict[str, list[placement.Hold]] = {}
+    for hold in placement.holds(snapshot, others, NEW_GROUP.id):
+        held.setdefault(hold.domain, []).append(hold)
+    out: dict[str, dict[int, int]] = {}
+    for domain, names in snapshot.domains.items():
+        nodes = [snapshot.nodes[n] for n in names if n in snapshot.nodes]
+        if policy.fabric_health == "refuse" and domain_health(nodes).health != "healthy":
+            out[domain] = dict.fromkeys(sizes, 0)
+            continue
+        # Every pod takes at least one GPU of a node, local or attached: the room can never reach this.
+        ceiling = sum(n.gpus + n.fabric_slots for n in nodes)
+        mine = held.get(domain, [])
+        dra = any(n.dra_gpus for n in nodes)
+        out[domain] = {gpus: max(_room(domain, Demand(gpus), ceiling, snapshot, mine),
+                                 _room(domain, Demand(gpus, claim_gpus=gpus), ceiling, snapshot, mine) if dra else 0)
+                       for gpus in sizes}
+    return out
+
+
+def _room(domain: str, need: Demand, ceiling: int, snapshot: Snapshot, held: list[placement.Hold]) -> int:
+    return placement.offer(domain, NEW_GROUP, need, ceiling, snapshot, held).pods
+
+
+def largest_group_fits(fits: Mapping[str, Mapping[int, int]], sizes: Sequence[int] = FIT_SIZES) -> dict[int, int]:
+    """For each size: the most pods of that many GPUs one new group could be given in any one domain now
+    (0 with no domain), from ``fit_pods``' figures."""
+    return {gpus: max((by_size.get(gpus, 0) for by_size in fits.values()), default=0) for gpus in sizes}

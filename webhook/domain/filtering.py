@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from webhook.domain import candidates as candidates_
-from webhook.domain import capacity, grouping, placement
+from webhook.domain import capacity, grouping, health, placement
 from webhook.domain.capacity import Verdict
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -96,6 +96,8 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         live_reservations(snapshot, proposals, policy, now),
         pending_self=not pod.uid or pod.uid not in known,
         allowed=set(candidates) if candidates is not None else None,
+        health=policy.fabric_health,
+        policy=policy,
     )
     if choice.domain is None:
         return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later, pod.uid)
@@ -170,7 +172,11 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
 
 
 def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_uid: str) -> tuple[Verdict, str]:
-    """The checks for a node inside the group's domain: ComputeDomain exclusivity, then capacity."""
+    """The checks for a node inside the group's domain: its health, ComputeDomain exclusivity, then capacity."""
+    problem = health.node_problem(node)
+    if problem is not None:
+        # Unresolvable: evicting pods there would not help, and the node's update requeues the pod.
+        return Verdict.NEVER, problem
     cd = group.compute_domain
     name = node.name
     if cd and node.compute_domain and node.compute_domain != cd:

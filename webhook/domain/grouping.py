@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from webhook.domain import controller_groups, group_sources, keys
 from webhook.domain.limits import GROUP_NAME_MAX
@@ -146,6 +147,10 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
             compute_domain=None,
             one_pod_per_node=False,
         )
+    if group is not None and group.compute_domain and (
+            policy.exclusive_domains or (cd is not None and cd.exclusive)
+            or pod.annotations.get(keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true"):
+        group = replace(group, exclusive=True)
     if group is None:
         # Only once every claim is known: a claim not cached yet may still make a ComputeDomain group.
         if not problems and not unresolved_claims(pod, catalog):

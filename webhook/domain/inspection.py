@@ -37,6 +37,7 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
     others = live_reservations(snapshot, proposals, policy, now) if now is not None else \
         {**proposals, **snapshot.reservations}
     by_node, budget = detail.gpus_by_node(snapshot), [detail.MAX_REASONED]
+    fits = figures.fits_beside(snapshot, others, policy)
     domains = []
     for name, node_names in sorted(snapshot.domains.items()):
         nodes = [snapshot.nodes[n] for n in node_names if n in snapshot.nodes]
@@ -51,6 +52,7 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
             "fabricZones": sorted({n.fabric_zone for n in nodes if n.fabric_zone}),
             "idleNodes": sum(1 for n in nodes if n.gpus and free_local(n, snapshot) == n.gpus),
             "heldByComputeDomain": sorted({n.name for n in nodes if n.compute_domain}),
+            "fitPods": {str(gpus): pods for gpus, pods in fits[name].items()},  # pods per GPUs one new group gets
             "kind": detail.domain_kind(nodes[0].domain_key if nodes else None, nodes),
             "nodeDetails": [detail.node_detail(n, snapshot, by_node.get(n.name, {})) for n in nodes],
         })
@@ -82,6 +84,7 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
         "nodes": len(snapshot.nodes),
         "nodesWithoutDomain": sum(1 for n in snapshot.nodes.values() if n.domain is None),
         "domains": domains,
+        "largestGroupFits": {str(gpus): pods for gpus, pods in figures.largest_group_fits(fits).items()},
         "groups": groups,
         "reservations": reservations,
         "fabricFree": dict(sorted(snapshot.fabric_free.items())),

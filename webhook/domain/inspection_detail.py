@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.domain import domain_kinds, grouping, placement
 from webhook.domain.capacity import IN_FLIGHT, free_local
+from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Group, Member, Node, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.wire.fabric_attachment import Phase
@@ -115,7 +116,7 @@ def group_detail(group_id: str, members: Sequence[Member], snapshot: Snapshot,
                   "without a reservation (placed before the service chose, or the reservation was released)")
     else:
         state = "pending"
-        reason = _why_no_domain(group, live, size, snapshot, others, reason_budget)
+        reason = _why_no_domain(group, live, size, snapshot, others, reason_budget, policy.fabric_health)
     return {
         "name": name,
         "kind": kind,
@@ -129,14 +130,14 @@ def group_detail(group_id: str, members: Sequence[Member], snapshot: Snapshot,
 
 
 def _why_no_domain(group: Group | None, live: Sequence[Member], size: int | None, snapshot: Snapshot,
-                   others: Mapping[str, Reservation], reason_budget: list[int]) -> str:
+                   others: Mapping[str, Reservation], reason_budget: list[int], health: HealthPolicy) -> str:
     if group is None:
         return "the group of its pods cannot be resolved from the cached objects yet"
     if reason_budget[0] <= 0:
         return (f"no domain chosen yet (the reason is computed for the first {MAX_REASONED} such groups only; "
                 "the scheduler's FailedScheduling event has it)")
     reason_budget[0] -= 1
-    choice = placement.choose(group, size, live[0].demand, snapshot, others, pending_self=False)
+    choice = placement.choose(group, size, live[0].demand, snapshot, others, pending_self=False, health=health)
     if choice.domain is None:
         return choice.reason
     return ("no domain chosen yet: no pod of the group was filtered since one could be placed; "

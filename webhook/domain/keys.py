@@ -14,6 +14,9 @@ INVENTORY_ANNOTATION = gpu_inventory.ANNOTATION  # the GPU inventory our node ag
 
 # Written by users (or by us at admission) on pods.
 GROUP_ANNOTATION = f"{PREFIX}/group"
+# "true" on a ComputeDomain (or its pods): its group gets an NVLink domain no other ComputeDomain uses, and
+# keeps other ComputeDomains out of it while it holds it (webhook.domain.exclusive).
+EXCLUSIVE_ANNOTATION = f"{PREFIX}/exclusive-domain"
 GROUP_SIZE_ANNOTATION = f"{PREFIX}/group-size"
 GROUP_LABEL = f"{PREFIX}/group"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
@@ -34,6 +37,9 @@ DOMAIN_LABEL = f"{PREFIX}/domain"
 FABRIC_SLOTS_ANNOTATION = f"{PREFIX}/fabric-slots"
 # Written by our node agent: the fabric health label.
 HEALTH_LABEL = f"{PREFIX}/fabric-health"
+# Taints the node lifecycle controller and the kubelet set for a node's conditions (not-ready,
+# unreachable, memory-pressure, disk-pressure, pid-pressure, network-unavailable, unschedulable).
+NODE_CONDITION_TAINT_PREFIX = "node.kubernetes.io/"
 REDFISH_SYSTEM_ANNOTATION = f"{PREFIX}/redfish-system"
 
 # NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu): set on a node while a ComputeDomain's

@@ -27,6 +27,10 @@ class Node:
     unschedulable: bool = False
     dra_gpus: int = 0  # of gpus, those published as DRA devices (ResourceSlices), not by the device plugin
     redfish_system: str | None = None  # imex-webhook.io/redfish-system: the ComputerSystem fabric GPUs attach to
+    # What keeps a node from taking members, or makes its domain a second choice (webhook.domain.health):
+    fabric_health: str = ""  # imex-webhook.io/fabric-health as the node agent writes it ("" when absent)
+    not_ready: bool = False  # the Ready condition is present and not True
+    taints: tuple[str, ...] = ()  # node-condition taints (node.kubernetes.io/*) that keep pods off, key:Effect
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,7 @@ class ComputeDomain:
     uid: str
     num_nodes: int
     template: str | None  # spec.channel.resourceClaimTemplate.name
+    exclusive: bool = False  # imex-webhook.io/exclusive-domain: "true" (webhook.domain.exclusive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +221,7 @@ class Group:
     name: str  # what a human calls it: the annotation value, ComputeDomain name or claim name
     compute_domain: str | None  # ComputeDomain UID when the group uses one
     one_pod_per_node: bool  # the driver publishes one channel per node: one CD pod per node
+    exclusive: bool = False  # wants an NVLink domain no other ComputeDomain uses (webhook.domain.exclusive)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,9 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
     slots = count(slots_raw, f"{path}.metadata.annotations[{keys.FABRIC_SLOTS_ANNOTATION}]") if slots_raw else 0
     spec = _map(obj.get("spec"), f"{path}.spec")
     return Node(
+        fabric_health=labels.get(keys.HEALTH_LABEL, ""),
+        not_ready=_not_ready(status.get("conditions"), f"{path}.status.conditions"),
+        taints=_condition_taints(spec.get("taints"), f"{path}.spec.taints"),
         name=name,
         domain=domain,
         domain_key=domain_key,
@@ -100,6 +103,30 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
         unschedulable=bool(spec.get("unschedulable", False)),
         redfish_system=annotations.get(keys.REDFISH_SYSTEM_ANNOTATION) or None,
     )
+
+
+def _not_ready(conditions: Any, path: str) -> bool:
+    """Whether the node's Ready condition is there and not True (a node without conditions, as one that no
+    kubelet reports yet, is not judged by them: kube-scheduler does not read them either)."""
+    for i, raw in enumerate(_list(conditions, path)):
+        cond = _map(raw, f"{path}[{i}]")
+        if cond.get("type") == "Ready":
+            return _str(cond.get("status"), f"{path}[{i}].status") != "True"
+    return False
+
+
+def _condition_taints(taints: Any, path: str) -> tuple[str, ...]:
+    """The node-condition taints (not ready, unreachable, pressure, network, cordon) that keep new pods
+    off the node. Other taints (``nvidia.com/gpu:NoSchedule`` and the like) are the scheduler's to judge
+    against the pod's tolerations: it does so before it calls the extender."""
+    out = []
+    for i, raw in enumerate(_list(taints, path)):
+        taint = _map(raw, f"{path}[{i}]")
+        key = _str(taint.get("key"), f"{path}[{i}].key", limit=317)
+        effect = _str(taint.get("effect"), f"{path}[{i}].effect")
+        if key.startswith(keys.NODE_CONDITION_TAINT_PREFIX) and effect in ("NoSchedule", "NoExecute"):
+            out.append(f"{key}:{effect}")
+    return tuple(out)
 
 
 def releasing_gpus(inventory: str | None) -> int:
@@ -286,6 +313,8 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
         uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
         num_nodes=num,
         template=_str(rct.get("name"), f"{path}.spec.channel.resourceClaimTemplate.name") or None,
+        exclusive=_annotations(meta.get("annotations"), f"{path}.metadata.annotations").get(
+            keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true",
     )
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
+from webhook.domain import exclusive
 from webhook.domain.capacity import attachable, free_local, source_mismatch
+from webhook.domain.health import HealthPolicy, domain_health, node_problem
 from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
+from webhook.domain.policy import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +91,9 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     affinity, taints); only they can take members now. The ceiling still counts the whole domain."""
     names = [n for n in snapshot.domains.get(domain, ()) if n in snapshot.nodes]
     # A node whose GPUs are of another kind than the pod asks for (device plugin vs DRA) never hosts it.
+    # Nor does a node that is unhealthy, not Ready, tainted for its conditions or cordoned (health).
     every = [snapshot.nodes[n] for n in names
-             if not snapshot.nodes[n].unschedulable and source_mismatch(snapshot.nodes[n], need) is None]
+             if source_mismatch(snapshot.nodes[n], need) is None and node_problem(snapshot.nodes[n]) is None]
     nodes = every if allowed is None else [n for n in every if n.name in allowed]
     already = snapshot.node_groups
     local = {n.name: free_local(n, snapshot) for n in nodes}
@@ -179,20 +183,27 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
 
 
 def still_fits(domain: str, group: Group, need: Demand, remaining: int, snapshot: Snapshot,
-               others: Mapping[str, Reservation], allowed: Set[str] | None = None) -> bool:
+               others: Mapping[str, Reservation], allowed: Set[str] | None = None,
+               policy: Policy | None = None) -> bool:
     """Whether ``domain`` can still host ``remaining`` members of ``group`` once every promise in ``others``
     is taken out: the test a choice passes again when it is recorded next to the domain's latest promises
-    (another replica may have promised some of the domain to another group since the choice was made)."""
+    (another replica may have promised some of the domain to another group since the choice was made).
+    With ``policy``, an exclusive ComputeDomain recorded there meanwhile counts too (``exclusive``)."""
+    if policy is not None and exclusive.conflict(domain, group, snapshot, others, policy) is not None:
+        return False
     return offer(domain, group, need, remaining, snapshot, holds(snapshot, others, group.id), allowed).pods >= remaining
 
 
 def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
-           others: Mapping[str, Reservation], pending_self: bool = True, allowed: Set[str] | None = None) -> Choice:
+           others: Mapping[str, Reservation], pending_self: bool = True, allowed: Set[str] | None = None,
+           health: HealthPolicy = "avoid", policy: Policy | None = None) -> Choice:
     """The domain for the whole group, or a reason a human can act on when there is none.
 
     ``pending_self``: the pod being scheduled is not yet among the known members (a filter request for a
     pod the caches have not seen); it counts as one more member to place. ``allowed``: the candidate
-    nodes the scheduler sent (None: every node).
+    nodes the scheduler sent (None: every node). ``health``: how a domain with a degraded NVLink fabric is
+    weighed for a group that runs nowhere yet (``webhook.domain.health``). ``policy``: weigh exclusive
+    ComputeDomains too (``webhook.domain.exclusive``).
     """
     seen, placed, placed_nodes = members_summary(snapshot.members.get(group.id, ()))
     total = max(size or 0, seen + (1 if pending_self else 0), 1)
@@ -205,13 +216,27 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
                       "it is split and cannot be kept in one NVLink domain: delete and resubmit the job",
                       remaining)
     held = holds(snapshot, others, group.id)
-    offers = tuple(offer(d, group, need, remaining, snapshot, held, allowed) for d in candidates if d)
+    excluded: dict[str, str] = {}
+    if policy is not None and not placed_domains:
+        excluded = {d: why for d in candidates if d and (why := exclusive.conflict(d, group, snapshot, others, policy))}
+    offers = tuple(offer(d, group, need, remaining, snapshot, held, allowed) for d in candidates
+                   if d and d not in excluded)
     fitting = [o for o in offers if o.pods >= remaining]
+    degraded_note = ""
+    if fitting and health != "allow" and not placed_domains:
+        fitting, degraded_note, refused = _by_health(fitting, snapshot, health)
+        if refused:
+            return Choice(None, f"no healthy domain can host {remaining} pods of {what}: {refused}", remaining,
+                          offers, resolvable_later=True)
     if fitting:
         best = min(fitting, key=lambda o: (o.spare_gpus, o.spare_nodes, o.attaches, o.domain))
         why = (f"best fit for {what}: {best.spare_gpus} GPUs and {best.spare_nodes} nodes left over"
-               + (f", {best.attaches} fabric GPUs to attach" if best.attaches else ""))
+               + (f", {best.attaches} fabric GPUs to attach" if best.attaches else "") + degraded_note)
         return Choice(best.domain, why, remaining, offers)
+    if not offers and excluded:
+        first = sorted(excluded)[0]
+        return Choice(None, f"no domain can host {what}: every domain is ruled out by exclusive ComputeDomains "
+                      f"({len(excluded)}; {excluded[first]})", remaining, offers, resolvable_later=True)
     if not offers:
         return Choice(None, f"no NVLink or fabric domain exists for {what}: no node carries a domain label",
                       remaining, offers)
@@ -228,7 +253,27 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
         reason += f"; domain {biggest_ever.domain} could once running pods finish"
     else:
         reason += f"; even empty, the largest domain holds {biggest_ever.ceiling} such pods"
+    if excluded:
+        first = sorted(excluded)[0]
+        reason += f"; {len(excluded)} more ruled out by exclusive ComputeDomains ({excluded[first]})"
+        later = True  # the holders end
     return Choice(None, reason, remaining, offers, resolvable_later=later)
+
+
+def _by_health(fitting: list[Offer], snapshot: Snapshot, health: HealthPolicy) -> tuple[list[Offer], str, str]:
+    """(the offers to choose from, a note for the reason, why none may be chosen): the healthy domains when
+    any fits; else, with ``avoid``, the degraded ones (the note names their nodes); with ``refuse``, none."""
+    judged = {o.domain: domain_health(snapshot.nodes[n] for n in snapshot.domains.get(o.domain, ())
+                                      if n in snapshot.nodes) for o in fitting}
+    healthy = [o for o in fitting if judged[o.domain].health == "healthy"]
+    if healthy:
+        return healthy, "", ""
+    first = sorted(fitting, key=lambda o: o.domain)[:3]
+    shown = ", ".join(f"{o.domain} ({judged[o.domain].describe()})" for o in first)
+    if health == "refuse":
+        return [], "", (f"domains with room have a degraded NVLink fabric: {shown}; --fabric-health-policy is "
+                        "refuse, so the group waits until one recovers")
+    return fitting, f"; every domain with room has a degraded NVLink fabric ({shown})", ""
 
 
 def _describe(group: Group, total: int, need: Demand) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from webhook.domain import keys
+from webhook.domain.health import HealthPolicy
 
 # kube-scheduler 1.35+ (gang scheduling) holds each pod of a gang at Permit for up to 5 minutes, before
 # DRA's PreBind and our /bind run: a reservation (or a promise not yet stored as one) with no member
@@ -27,6 +28,10 @@ class Policy:
     # Seconds a domain choice not (yet) stored as a reservation keeps its capacity promised: a choice being
     # stored, or a promise in a domain's ledger whose reservation a replica failed to create.
     proposal_ttl: float = MIN_TTL
+    # How a domain whose NVLink fabric is degraded is weighed for a new group (webhook.domain.health).
+    fabric_health: HealthPolicy = "avoid"
+    # Every ComputeDomain's group gets an NVLink domain of its own (webhook.domain.exclusive).
+    exclusive_domains: bool = False
 
     @property
     def affinity_topology_key(self) -> str:

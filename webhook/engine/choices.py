@@ -190,4 +190,5 @@ class DomainArbiter:
         others.pop(res.group_id, None)
         _, placed, _ = members_summary(snapshot.members.get(res.group_id, ()))
         remaining = max(res.size - placed, 1)
-        return placement.still_fits(res.domain, self.group, self.need, remaining, snapshot, others, self.allowed)
+        return placement.still_fits(res.domain, self.group, self.need, remaining, snapshot, others, self.allowed,
+                                    choices.policy)

@@ -17,6 +17,7 @@ from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.engine.choices import Choices
 from webhook.engine.events import LogEvents, Reporter
+from webhook.engine.health_watch import HealthWatch
 from webhook.engine.ports import Attacher, Binder, EventSink, NoFabric, ReservationStore
 from webhook.engine.refusals import Refusals
 from webhook.errors import DecisionError
@@ -41,6 +42,7 @@ class Core:
         self.events: EventSink = events if events is not None else LogEvents()
         self.report = Reporter(self.events, policy)
         self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
+        self.health_watch = HealthWatch()  # running groups whose domain changes health (housekeeping)
         self._snapshot: tuple[Snapshot, Mapping[str, Reservation], Snapshot] | None = None
         # Groups the filter refused, for the retry once capacity returns (webhook.engine.requeue); every
         # change of the caches, and every refusal, wakes the workers that act on it.

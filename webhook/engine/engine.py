@@ -74,6 +74,11 @@ class Engine(Core):
         """Groups with pods still to place, by why they wait (``figures.WAITING_REASONS``)."""
         return figures.waiting_reasons(self.snapshot(), self.choices.promised(now), self.policy, now)
 
+    def fit_pods(self, now: float) -> dict[str, dict[int, int]]:
+        """Per domain, how many pods of 1, 2 and 4 GPUs one new group could be given there now
+        (``figures.fit_pods``)."""
+        return figures.fit_pods(self.snapshot(), self.choices.promised(now), self.policy, now)
+
     def inspection(self, now: float) -> dict[str, Any]:
         """The body of /inspect."""
         body = inspection.summarize(self.snapshot(), self.proposed(now), self.policy, now)

@@ -17,11 +17,15 @@ from collections.abc import Iterable, Mapping
 
 from webhook.domain import grouping
 from webhook.domain.filtering import Context
+from webhook.domain.health import DomainHealth
 from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
 from webhook.engine.occurrences import (
+    DOMAIN_DEGRADED,
+    DOMAIN_RECOVERED,
     DOMAIN_RESERVED,
+    DOMAIN_UNHEALTHY,
     FABRIC_ATTACH_FAILED,
     FABRIC_ATTACH_STARTED,
     FABRIC_ATTACHED,
@@ -140,3 +144,21 @@ class Reporter:
                 self._emit(FABRIC_ATTACH_FAILED, note, pod, self._domain_of(pod, catalog))
         except Exception:
             log.exception("could not report the fabric attach of pod %s", pod.ref)
+
+    def domain_health(self, res: Reservation, judged: DomainHealth, was: str, snapshot: Snapshot) -> None:
+        """The domain of running group ``res`` turned ``judged.health`` (from ``was``)."""
+        try:
+            members = snapshot.members.get(res.group_id, ())
+            cd = self._domain_of(members[0].pod, snapshot.catalog) if members else None
+            running = [m.pod for m in members if m.pod.node_name and not m.pod.terminated]
+            if judged.health == "healthy":
+                reason = DOMAIN_RECOVERED
+                note = (f"NVLink domain {res.domain} of group {_group_text(res)} is healthy again (it was {was})")
+            else:
+                reason = DOMAIN_UNHEALTHY if judged.health == "unhealthy" else DOMAIN_DEGRADED
+                note = (f"NVLink domain {res.domain}, where group {_group_text(res)} runs {len(running)} pods, is "
+                        f"{judged.health}: {judged.describe()}; a running group is not moved: its jobs may fail "
+                        "or slow down; replacements are placed in the same domain")
+            self._emit(reason, note, None, cd, running[:1])
+        except Exception:
+            log.exception("could not report the health of the domain of %s", res.group_id)

@@ -47,6 +47,8 @@ def housekeep(core: Core, prune: bool = True) -> list[tuple[str, str]]:
     handled = [g for g in snapshot.ended_groups if g not in core.reservations.all()]
     if handled:
         core.store.forget_ended(handled)
+    # The operator learns of a running group's domain turning degraded or unhealthy (health_watch).
+    core.health_watch.check(core.snapshot(), core.report)
     dropped = core.reservations.prune(lambda p: core.choices.live(p, core.clock())) if prune else 0
     if dropped:
         log.info("dropped %d dead domain promises", dropped)

@@ -27,8 +27,13 @@ RESERVATION_RELEASED = Reason("ReservationReleased", NORMAL, "ReleaseReservation
 FABRIC_ATTACH_STARTED = Reason("FabricAttachStarted", NORMAL, "AttachFabricGPUs")
 FABRIC_ATTACHED = Reason("FabricAttached", NORMAL, "AttachFabricGPUs")
 FABRIC_ATTACH_FAILED = Reason("FabricAttachFailed", WARNING, "AttachFabricGPUs")
+# The domain of a running group changed health (webhook.engine.health_watch): it cannot be moved, so the
+# operator must know.
+DOMAIN_DEGRADED = Reason("DomainDegraded", WARNING, "WatchDomainHealth")
+DOMAIN_UNHEALTHY = Reason("DomainUnhealthy", WARNING, "WatchDomainHealth")
+DOMAIN_RECOVERED = Reason("DomainRecovered", NORMAL, "WatchDomainHealth")
 REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
-           FABRIC_ATTACHED, FABRIC_ATTACH_FAILED)
+           FABRIC_ATTACHED, FABRIC_ATTACH_FAILED, DOMAIN_DEGRADED, DOMAIN_UNHEALTHY, DOMAIN_RECOVERED)
 
 # Why an occurrence never became an Event (label values of imex_webhook_events_dropped_total).
 DROP_REASONS = ("queue-full", "rate-limited", "rejected", "unavailable")

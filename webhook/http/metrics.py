@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.domain.figures import WAITING_REASONS
+from webhook.domain.figures import FIT_SIZES, WAITING_REASONS, largest_group_fits
 from webhook.engine.engine import Engine
 from webhook.engine.occurrences import DROP_REASONS
 from webhook.engine.ports import Backend
@@ -185,11 +185,17 @@ class _ClusterView(Collector):
                                 "last made progress (a list, an event, a bookmark, a watch renewed)", labels=["kind"])
         leaked = GaugeMetricFamily("imex_webhook_fabric_unaccounted_blocks", "Composed fabric blocks no attachment "
                                    "accounts for (detached after a grace period; reported by the reconciler's leader)")
+        fits = GaugeMetricFamily("imex_webhook_domain_fit_pods", "Pods of gpus_per_pod GPUs one new group could be "
+                                 "given in the domain now, other groups' reservations taken out (the extender's own "
+                                 "placement)", labels=["domain", "gpus_per_pod"])
+        largest = GaugeMetricFamily("imex_webhook_largest_group_fits", "The most pods of gpus_per_pod GPUs one new "
+                                    "group could be given in any one domain now", labels=["gpus_per_pod"])
         # One failing source must not cost the scrape the others: its families go out without samples.
         _guarded("cluster state", self._cluster, domains, waiting, expired, phases)
         _guarded("watch health", self._watches, age, stalled)
         _guarded("unaccounted fabric blocks", self._fabric, leaked)
-        yield from (domains, waiting, expired, phases, stalled, age, leaked)
+        _guarded("free slots", self._fits, fits, largest)
+        yield from (domains, waiting, expired, phases, stalled, age, leaked, fits, largest)
 
     def _cluster(self, domains: GaugeMetricFamily, waiting: GaugeMetricFamily, expired: GaugeMetricFamily,
                  phases: GaugeMetricFamily) -> None:
@@ -210,6 +216,17 @@ class _ClusterView(Collector):
         by_phase = Tally(a.phase for a in snapshot.attachments.values())
         for phase in Phase:
             phases.add_metric([phase.value], float(by_phase[phase]))
+
+    def _fits(self, fits: GaugeMetricFamily, largest: GaugeMetricFamily) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        by_domain = engine.fit_pods(engine.clock())  # once per scrape, every size at once
+        for domain, by_size in sorted(by_domain.items()):
+            for gpus in FIT_SIZES:
+                fits.add_metric([domain, str(gpus)], float(by_size[gpus]))
+        for gpus, pods in largest_group_fits(by_domain).items():
+            largest.add_metric([str(gpus)], float(pods))
 
     def _watches(self, age: GaugeMetricFamily, stalled: GaugeMetricFamily) -> None:
         if self.watch_health is not None:

@@ -53,7 +53,10 @@ def _one_line(err: str) -> str:
 EXPLAINED = [
     ("train-20", ("Group ml/train-20 (compute-domain group", "State:     pending: 0 of 20 pods placed",
                   "Why:       no domain can host 20 pods of compute-domain group ml/train-20",
-                  "Reserved:  no domain reserved for the group", "ml/train-20-0  not placed")),
+                  "Reserved:  no domain reserved for the group", "ml/train-20-0  not placed",
+                  # The rack the Why names has 12 free trays: 12 pods of 4 GPUs, a new group's room too.
+                  "Room now:  the most pods one new group could get in one domain: 12 of 4 GPUs",
+                  f"most room for 4-GPU pods: {demo_cluster.clique_value('gb200-b')} (12)")),
     ("ml/train-16-3", ("Pod ml/train-16-3 runs on node gb200-a-", "Group ml/train-16",
                        f"reserved in domain {demo_cluster.clique_value('gb200-a')} (NVLink clique, 18 nodes",
                        "16 pods x 4 GPUs, one pod per node", "Members:   16 of 16 placed", "*ml/train-16-3")),

@@ -54,14 +54,17 @@ CASES: list[tuple[str, str, int, tuple[str, ...]]] = [
      ("Pod ml/two-1 runs on node a-01; it is a member of group ml/two.", "Group ml/two", "*ml/two-1  a-01")),
     ("a waiting group says why, in the scheduler's words", "five", 0,
      ("Group ml/five", "State:     pending: 0 of 5 pods placed", "Why:       no domain can host 5 pods",
-      "Reserved:  no domain reserved for the group", "Members:   0 of 5 placed (5 known)", "five-0  not placed")),
+      "Reserved:  no domain reserved for the group", "Members:   0 of 5 placed (5 known)", "five-0  not placed",
+      # 8 GPUs free, 1 promised to ghost: a new group gets one 4-GPU pod, three of 2 or seven of 1 GPU.
+      "Room now:  the most pods one new group could get in one domain: 1 of 4 GPUs, 3 of 2, 7 of 1",
+      f"most room for 4-GPU pods: {RACK} (1)")),
     ("a waiting pod says it waits with its group", "ml/five-3", 0,
      ("Pod ml/five-3 is not placed yet: it waits with its group; it is a member of group ml/five.",
       "*ml/five-3  not placed")),
     ("a group by its id", f"cd:{b.cd_uid('five')}", 0, ("Group ml/five",)),
     ("a proposed reservation whose pods are not known yet", "ghost", 0,
      ("Group ml/ghost (id ann:ml/ghost)", "Why:       no pod of the group is known yet",
-      "Reserved:  proposed (not stored yet) in domain")),
+      "Reserved:  proposed (not stored yet) in domain", f"most room for 1-GPU pods: {RACK} (7)")),
     ("a name in two namespaces is ambiguous", "x", 2, ("'x' is ambiguous", "group blue/x", "group red/x", "pod blue/x",
                                                        "pod red/x")),
     ("a namespace picks one of them", "red/x", 0, ("Group red/x (annotation group, id ann:red/x)",)),
@@ -109,6 +112,32 @@ def test_a_large_group_lists_its_first_members_and_counts_the_rest() -> None:
     assert text.count("not placed  (4 GPUs)") == MAX_MEMBERS
 
 
+def _racks(rooms: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """ANSWER with these domains, each with its room for a new group, and the largest room among them."""
+    answer = copy.deepcopy(ANSWER)
+    template = answer["domains"][0]
+    answer["domains"] = [{**template, "domain": name, "fitPods": fits} for name, fits in rooms.items()]
+    answer["largestGroupFits"] = {g: max(f[g] for f in rooms.values()) for g in ("1", "2", "4")}
+    return answer
+
+
+def test_the_room_names_the_domains_with_the_most_room_for_pods_of_the_groups_size() -> None:
+    rooms = {f"rack-{i}": {"1": 4 * i, "2": 2 * i, "4": i} for i in range(6)}
+    rooms["rack-\x1b[2J"] = {"1": 40, "2": 20, "4": 0}
+    code, text = explain_name(_racks(rooms), "ml/two", NOW)
+    assert code == 0
+    assert "the most pods one new group could get in one domain: 5 of 4 GPUs, 20 of 2, 40 of 1" in text
+    assert "most room for 4-GPU pods: rack-5 (5), rack-4 (4), rack-3 (3) and 2 more domains\n" in text
+    code, text = explain_name(_racks(rooms), "ghost", NOW)  # 1-GPU pods: the hostile name has the most room
+    assert "most room for 1-GPU pods: rack-\\x1b[2J (40), rack-5 (20)" in text and "\x1b" not in text
+
+
+def test_with_no_room_anywhere_the_room_says_so() -> None:
+    code, text = explain_name(_racks({RACK: {"1": 0, "2": 0, "4": 0}}), "five", NOW)
+    assert code == 0
+    assert "one domain: 0 of 4 GPUs, 0 of 2, 0 of 1\n             no domain has room for one 4-GPU pod\n" in text
+
+
 def _deep(depth: int) -> Any:
     value: Any = "leaf"
     for _ in range(depth):
@@ -129,6 +158,8 @@ BAD_ANSWERS: list[tuple[str, Any, str]] = [
     ("deep nesting", {"groups": _deep(5_000)}, "groups[0] is not an object"),
     ("a reservation without a domain", {"reservations": [{"group": "g", "name": "a/g", "size": 1}]},
      "reservations[0].domain is missing"),
+    ("room as text", {"domains": [{"domain": "d", "fitPods": {"4": "16"}}]}, "domains[0].fitPods.4 is not a number"),
+    ("the largest room as a list", {"largestGroupFits": [16]}, "answer.largestGroupFits is not a object"),
     ("a huge number where a count goes", {"groups": [{"group": "g", "pods": [], "placed": 10**400}]}, ""),
 ]
 
@@ -150,5 +181,8 @@ def test_an_answer_from_before_the_map_fields_still_explains() -> None:
             g.pop(key, None)
     for d in answer["domains"]:
         d.pop("kind")
+        d.pop("fitPods")
+    answer.pop("largestGroupFits")
     code, text = explain_name(answer, "ml/two-0", NOW)
     assert code == 0 and "Pod ml/two-0 runs on node a-00" in text and "Reserved:  reserved in domain" in text
+    assert "Room now" not in text

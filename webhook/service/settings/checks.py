@@ -169,6 +169,8 @@ def _policy(ns: argparse.Namespace) -> Policy:
         channel_device_classes=tuple(ns.channel_device_class) or defaults.channel_device_classes,
         scheduler_name=ns.scheduler_name,
         reservation_ttl=ns.reservation_ttl,
+        fabric_health=ns.fabric_health_policy,
+        exclusive_domains=ns.exclusive_domains,
     )
     if policy.ttl_problems():
         raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: " + "; ".join(policy.ttl_problems()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from webhook.domain.health import HEALTH_POLICIES
 from webhook.domain.policy import MIN_TTL, PERMIT_MAX_WAIT
 from webhook.service.settings.groups import Settings, default_tls_dir
 
@@ -101,6 +102,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="DeviceClass of IMEX channels; repeatable "
                           f"(default {', '.join(policy.channel_device_classes)})")
     pol.add_argument("--scheduler-name", default=policy.scheduler_name, help="the dedicated scheduler profile")
+    pol.add_argument("--fabric-health-policy", choices=HEALTH_POLICIES, default=policy.fabric_health,
+                     help="a domain whose NVLink fabric the node agents report degraded is chosen for a new "
+                          "group: avoid (only when no healthy domain fits), allow (like any other) or refuse "
+                          "(never); nodes reported unhealthy, not Ready or tainted for their conditions take no "
+                          "group member whatever this says (default %(default)s)")
+    pol.add_argument("--exclusive-domains", action="store_true", default=policy.exclusive_domains,
+                     help="give every ComputeDomain an NVLink domain no other ComputeDomain uses, as the "
+                          "annotation imex-webhook.io/exclusive-domain=true does for one")
     pol.add_argument("--reservation-ttl", type=float, default=policy.reservation_ttl,
                      help="seconds a reservation lives with no member placed (default %(default)s; at least "
                           f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")

@@ -19,6 +19,7 @@ from webhook.errors import ImexWebhookError
 MAX_NAME = 1024  # characters of a NAME argument: namespace/name is at most 317, a group id a little more
 MAX_SHOWN = 300  # characters of one value from the cluster in the text
 MAX_MEMBERS = 100  # member lines shown; the rest are counted
+MAX_ROOMY = 3  # domains named for the most room
 
 
 # -- the parts of /inspect this reads, as they are on the wire ------------------------------------------
@@ -70,6 +71,7 @@ class DomainWire(TypedDict):
     gpus: int
     freeGpus: int
     kind: NotRequired[str]
+    fitPods: NotRequired[dict[str, int]]  # GPUs per pod ("1", "2", "4") -> pods one new group could get there
 
 
 # -- read once ----------------------------------------------------------------------------------------
@@ -126,6 +128,7 @@ class DomainView:
     nodes: int
     gpus: int
     free: int
+    fits: dict[int, int]  # GPUs per pod -> pods one new group could get here now (empty from older services)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,7 @@ class View:
     groups: tuple[GroupView, ...]
     attachments: tuple[Attached, ...]
     domains: dict[str, DomainView]
+    largest: dict[int, int]  # GPUs per pod -> the most pods one new group could get in any one domain now
 
 
 def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
@@ -154,6 +158,13 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join({str: "string", int: "number", float: "number", list: "list", bool: "boolean",
                         dict: "object"}.get(k, k.__name__) for k in kinds)
+
+
+def _fits(raw: Any, key: str, where: str) -> dict[int, int]:
+    """GPUs per pod -> pods; a key that is no small number is from a later version and skipped."""
+    counts = _get(raw, key, dict, where, {})
+    return {int(k): _get(counts, k, int, f"{where}.{key}") for k in counts
+            if isinstance(k, str) and k.isascii() and k.isdecimal() and len(k) <= 4}
 
 
 def _reservation(raw: Any, where: str) -> Reserved:
@@ -202,8 +213,9 @@ def parse(answer: Any) -> View:
         where = f"domains[{i}]"
         name = _get(d, "domain", str, where)
         domains[name] = DomainView(name, _get(d, "kind", str, where, "other"), _get(d, "nodes", int, where, 0),
-                                   _get(d, "gpus", int, where, 0), _get(d, "freeGpus", int, where, 0))
-    return View(tuple(groups), attachments, domains)
+                                   _get(d, "gpus", int, where, 0), _get(d, "freeGpus", int, where, 0),
+                                   _fits(d, "fitPods", where))
+    return View(tuple(groups), attachments, domains, _fits(answer, "largestGroupFits", "answer"))
 
 
 # -- which group a NAME means -------------------------------------------------------------------------
@@ -323,7 +335,26 @@ def explain(view: View, found: Found, now: float | None = None) -> str:
         label = "  Fabric:    " if i == 0 else "             "
         lines.append(f"{label}{safe(a.pod, 80)} on {safe(a.node, 80)}: {a.gpus} GPUs {safe(a.phase, 20)}"
                      + (f" ({safe(a.message)})" if a.message else ""))
+    lines += _room(view, g)
     return "\n".join(lines) + "\n"
+
+
+def _room(view: View, g: GroupView) -> list[str]:
+    """The most pods one new group could get in one domain now, and the domains with the most room for
+    pods of this group's size (4 GPUs when its size has no figure)."""
+    if not view.largest:
+        return []
+    sizes = sorted(view.largest, reverse=True)
+    most = ", ".join(f"{view.largest[gpus]} of {gpus} GPUs" if i == 0 else f"{view.largest[gpus]} of {gpus}"
+                     for i, gpus in enumerate(sizes))
+    own = g.reservation.gpus_per_pod if g.reservation else max((m.gpus for m in g.members), default=0)
+    gpus = own if own in view.largest else sizes[0]
+    roomy = sorted((d for d in view.domains.values() if d.fits.get(gpus, 0) > 0), key=lambda d: (-d.fits[gpus], d.name))
+    named = ", ".join(f"{safe(d.name, 120)} ({d.fits[gpus]})" for d in roomy[:MAX_ROOMY])
+    more = f" and {len(roomy) - MAX_ROOMY} more domains" if len(roomy) > MAX_ROOMY else ""
+    return [f"  Room now:  the most pods one new group could get in one domain: {most}",
+            f"             most room for {gpus}-GPU pods: {named}{more}" if roomy
+            else f"             no domain has room for one {gpus}-GPU pod"]
 
 
 def explain_name(answer: Any, name: str, now: float | None = None) -> tuple[int, str]:
