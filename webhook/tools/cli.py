@@ -31,7 +31,9 @@ BENCH_BOUNDS: Bounds = {"--concurrency": (1, 1024), "--duration": (0.01, 3600), 
                         "--procs": (1, 64), "--threads": (1, 1024), "--micro-budget": (0.001, 600)}
 SIMULATE_BOUNDS: Bounds = {"--cliques": (1, 20_000), "--jobs": (1, 10_000_000), "--load": (0.001, 100),
                            "--fabric-zones": (0, 10_000), "--fabric-pool": (0, 1_000_000),
-                           "--stuck-timeout": (1, 365 * 86400)}
+                           "--stuck-timeout": (1, 365 * 86400), "--node-failures": (0, 100),
+                           "--repair-hours": (0.01, 8760), "--fabric-degradations": (0, 100),
+                           "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1)}
 SOAK_BOUNDS: Bounds = {"--minutes": (0.01, 24 * 60), "--interval": (0.1, 3600), "--rss-growth-mib": (0.1, 1 << 20)}
 
 
@@ -86,8 +88,18 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                    help="free fabric GPU blocks per zone (default %(default)s)")
     p.add_argument("--stuck-timeout", type=float, default=d.stuck_timeout,
                    help="seconds a partly placed job may wait before it is torn down as stuck (default %(default)s)")
-    p.add_argument("--policies", default=",".join(workload.POLICIES),
-                   help="comma-separated subset of %(default)s")
+    p.add_argument("--node-failures", type=float, default=d.node_failures,
+                   help="node failures per node per day (default %(default)s)")
+    p.add_argument("--repair-hours", type=float, default=d.repair_hours,
+                   help="mean hours until a failed node is back (default %(default)s)")
+    p.add_argument("--fabric-degradations", type=float, default=d.fabric_degradations,
+                   help="NVLink fabric degradations per tray per day (default %(default)s)")
+    p.add_argument("--degraded-hours", type=float, default=d.degraded_hours,
+                   help="mean hours a degraded fabric takes to be healthy again (default %(default)s)")
+    p.add_argument("--degraded-loss", type=float, default=d.degraded_loss,
+                   help="chance that a running job is lost per degradation of its domain (default %(default)s)")
+    p.add_argument("--policies", default=",".join(workload.DEFAULT_POLICIES),
+                   help=f"comma-separated, from {', '.join(workload.POLICIES)} (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
 
@@ -107,7 +119,10 @@ def run_simulate(ns: argparse.Namespace) -> int:
         print(f"imex-webhook simulate: {problem}", file=sys.stderr)
         return 2
     params = workload.Params(seed=ns.seed, cliques=ns.cliques, jobs=ns.jobs, load=ns.load,
-                             fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout)
+                             fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout,
+                             node_failures=ns.node_failures, repair_hours=ns.repair_hours,
+                             fabric_degradations=ns.fabric_degradations, degraded_hours=ns.degraded_hours,
+                             degraded_loss=ns.degraded_loss)
     result = simulation.run(params, policies, ns.out, plots=not ns.no_plots)
     print(report.tables(result), end="")
     written = ["report.md", "metrics.json", *result["plots"]]

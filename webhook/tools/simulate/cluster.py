@@ -5,8 +5,9 @@ driver's one ComputeDomain channel per node, fabric slots and pool), so a policy
 fails loudly instead of producing flattering numbers. The imex-webhook policy additionally mirrors
 every change into the service's ``ClusterStore`` as the watch caches would, and into the emulated
 scheduler's view (``cycle``); ``node_object`` renders a node as the API server would show it
-(allocatable grows while fabric GPUs are attached), ``channel_slices`` the IMEX channels the NVIDIA DRA
-driver publishes.
+(allocatable grows while fabric GPUs are attached; the fabric-health label the node agent writes; a failed
+node NotReady and tainted as the node lifecycle controller leaves it), ``channel_slices`` the IMEX channels
+the NVIDIA DRA driver publishes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from webhook.tools.simulate.workload import Job, Params
 PodKey = tuple[int, int]  # (job index, pod index)
 # What a GB200 tray's kubelet reports besides GPUs; the simulated pods request no CPU or memory.
 NODE_CPU, NODE_MEMORY, NODE_PODS = "140", "860Gi", "110"
+# A node whose kubelet stopped reporting: the node lifecycle controller's taints and Ready condition.
+LOST_TAINTS = [{"key": "node.kubernetes.io/unreachable", "effect": effect} for effect in ("NoSchedule", "NoExecute")]
 
 
 @dataclass
@@ -42,6 +45,8 @@ class SimCluster:
     used: list[int] = field(default_factory=list)
     attached: list[int] = field(default_factory=list)
     channel: list[str | None] = field(default_factory=list)  # ComputeDomain whose pod holds channel-0
+    down: list[int] = field(default_factory=list)  # failures in progress (faults overlap): > 0, out of service
+    degraded: list[int] = field(default_factory=list)  # fabric degradations in progress
     zone_free: dict[str, int] = field(default_factory=dict)
     pods: dict[PodKey, Bound] = field(default_factory=dict)
     attaches: int = 0  # attach operations
@@ -70,6 +75,8 @@ class SimCluster:
         self.used.append(0)
         self.attached.append(0)
         self.channel.append(None)
+        self.down.append(0)
+        self.degraded.append(0)
 
     @property
     def index(self) -> dict[str, int]:
@@ -95,9 +102,10 @@ class SimCluster:
         """Nodes with ``gpus`` free (or, with ``fabric``, any composable node) and, if needed, a free
         IMEX channel: what kube-scheduler's in-tree filters let through. Inlined: it runs for every
         scheduling attempt over every node."""
-        rows = zip(self.base_gpus, self.attached, self.used, self.channel, self.zones, strict=True)
-        return [n for n, (base, att, used, chan, zone) in enumerate(rows)
-                if (not needs_channel or chan is None) and (base + att - used >= gpus or (fabric and zone is not None))]
+        rows = zip(self.base_gpus, self.attached, self.used, self.channel, self.zones, self.down, strict=True)
+        return [n for n, (base, att, used, chan, zone, down) in enumerate(rows)
+                if not down and (not needs_channel or chan is None)
+                and (base + att - used >= gpus or (fabric and zone is not None))]
 
     def attach(self, node: int, gpus: int) -> None:
         zone = self.zones[node]
@@ -112,6 +120,8 @@ class SimCluster:
         """Record a placement; the GPUs (local plus ``attached`` just attached) must be free."""
         if key in self.pods:
             raise AssertionError(f"pod {key} bound twice")
+        if self.down[node]:
+            raise AssertionError(f"pod {key} bound to {self.names[node]}, which is out of service")
         if self.free_local(node) < gpus:
             raise AssertionError(f"pod {key} needs {gpus} GPUs; {self.names[node]} has {self.free_local(node)} free")
         if not self.channel_free(node, group):
@@ -147,7 +157,9 @@ class SimCluster:
     def node_object(self, node: int) -> dict[str, Any]:
         """The Node as the API server shows it now (the node agent publishes attached GPUs)."""
         name, zone = self.names[node], self.zones[node]
-        labels = {"kubernetes.io/hostname": name}
+        # The node agent's label; a composable node has no multi-node fabric ("none").
+        health = "none" if zone is not None else "degraded" if self.degraded[node] else "healthy"
+        labels = {"kubernetes.io/hostname": name, keys.HEALTH_LABEL: health}
         annotations = {}
         if zone is None:
             labels[keys.CLIQUE_LABEL] = self.domains[node]
@@ -156,14 +168,20 @@ class SimCluster:
             annotations[keys.FABRIC_SLOTS_ANNOTATION] = str(self.slots[node] - self.attached[node])
         gpus = self.base_gpus[node] + self.attached[node]
         allocatable = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_PODS, keys.GPU_RESOURCE: str(gpus)}
+        ready = {"type": "Ready", "status": "Unknown" if self.down[node] else "True"}
+        spec = {"taints": [dict(t) for t in LOST_TAINTS]} if self.down[node] else {}
         return {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": labels, "annotations": annotations},
-                "spec": {}, "status": {"allocatable": allocatable, "capacity": dict(allocatable)}}
+                "metadata": {"name": name, "labels": labels, "annotations": annotations}, "spec": spec,
+                "status": {"allocatable": allocatable, "capacity": dict(allocatable), "conditions": [ready]}}
 
     def channel_slices(self) -> list[dict[str, Any]]:
         """The ResourceSlices the ComputeDomain DRA driver publishes: one IMEX channel per node (every
         node, as ``channel_free`` allows a ComputeDomain pod on every node)."""
         return [channel_slice(name) for name in self.names]
+
+    def jobs_on(self, node: int) -> list[int]:
+        """The jobs with a pod bound to ``node``, in index order."""
+        return sorted({job for (job, _), b in self.pods.items() if b.node == node})
 
     def domains_of(self, job: Job) -> set[str]:
         return {self.domains[b.node] for i in range(job.pods) if (b := self.pods.get((job.index, i)))}

@@ -12,14 +12,26 @@ from webhook.tools.simulate.workload import Job, Params
 
 @dataclass
 class JobState:
+    """One job across its attempts: a restart deletes its pods and creates them again (a new attempt)."""
+
     placed: list[int | None]
     bound_at: list[float]
+    queued_at: float  # when the current attempt's pods were created (arrival, or the last restart)
     first_placed: float | None = None
-    started: float | None = None
+    started: float | None = None  # when the current attempt began to run
     ended: float | None = None
     outcome: str = "pending"  # pending | running | completed | stuck
     split: bool = False
     held_gpu_seconds: float = 0.0  # GPU-seconds held by pods of a job that was torn down as stuck
+    attempt: int = 0  # events of an earlier attempt are stale
+    waited: float = 0.0  # seconds queued before each start, every attempt together
+    restarts_node: int = 0  # runs cut short by the failure of one of the job's nodes
+    lost_fabric: int = 0  # runs lost to a degraded fabric in the job's domain
+    lost_gpu_seconds: float = 0.0  # GPU-seconds of the runs cut short
+
+    @property
+    def restarts(self) -> int:
+        return self.restarts_node + self.lost_fabric
 
     @property
     def placed_count(self) -> int:

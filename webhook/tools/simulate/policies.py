@@ -6,7 +6,8 @@
   the engine over a ``ClusterStore`` fed with the simulated cluster's objects, with an in-memory binder
   and an attacher that composes fabric GPUs in the simulated pools. Group pods use the dedicated profile
   (``deploy.scheduler_config``); plain pods, which admission leaves alone, kube-scheduler's default one.
-  Nothing of the decision is re-implemented here.
+  Nothing of the decision is re-implemented here. It reads the nodes' fabric-health label as the service
+  does (``imex-webhook``: ``--fabric-health-policy avoid``; ``imex-webhook-refuse``, ``imex-webhook-allow``).
 - ``GangTasPolicy`` is Kueue's Topology-Aware Scheduling with a required topology on the domain, the
   strongest peer: a job is admitted only when one domain (an NVLink clique; a fabric zone too for jobs
   without a ComputeDomain, on its local GPUs: nothing attaches fabric GPUs) has room for all its pods
@@ -16,6 +17,9 @@
 - ``AffinityPolicy`` adds the required pod affinity on the clique label that NVIDIA's documentation
   suggests: a group's first pod goes anywhere it fits, later pods only to the clique of the pods already
   placed. Co-location without a capacity reservation: a group can start where it cannot finish.
+
+None of the three peers reads fabric health (no generic scheduler does); all of them, like kube-scheduler,
+leave a failed node (NotReady, tainted unreachable) alone.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Protocol
 
 from webhook.adapters.embedded import bind_locally
 from webhook.adapters.memory import MemoryReservationStore
+from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy as EnginePolicy
 from webhook.engine.engine import Engine
@@ -52,6 +57,9 @@ class Placer(Protocol):
 
     def tick(self, now: float) -> bool:
         """Periodic housekeeping; True when it freed something (a scheduling pass is due)."""
+
+    def nodes_changed(self, nodes: list[int], now: float) -> None:
+        """The nodes' health changed (failed, repaired, fabric degraded or healthy again)."""
 
 
 def _group(job: Job) -> str | None:
@@ -88,6 +96,9 @@ class DefaultPolicy:
     def tick(self, now: float) -> bool:
         return False
 
+    def nodes_changed(self, nodes: list[int], now: float) -> None:
+        pass  # the cluster's ``down`` is all it reads of health
+
 
 class AffinityPolicy(DefaultPolicy):
     name = "affinity-only"
@@ -120,7 +131,7 @@ class GangTasPolicy(DefaultPolicy):
         """How many of the job's pods the node can take now: its free GPUs (no fabric attach), one pod per
         node with a free IMEX channel for ComputeDomain pods, and no composable node for them (no NVLink)."""
         c = self.cluster
-        if job.kind == "nvlink" and c.zones[node] is not None:
+        if c.down[node] or (job.kind == "nvlink" and c.zones[node] is not None):
             return 0
         fits = c.free_local(node) // job.gpus if job.gpus else job.pods
         if _group(job) is not None:
@@ -202,10 +213,10 @@ class _SimAttacher:
 class ImexPolicy:
     name = "imex-webhook"
 
-    def __init__(self, cluster: SimCluster, seed: int) -> None:
+    def __init__(self, cluster: SimCluster, seed: int, health: HealthPolicy = "avoid") -> None:
         self.cluster = cluster
         self.now = 0.0
-        policy = EnginePolicy()
+        policy = EnginePolicy(fabric_health=health)
         self.store = ClusterStore(policy)
         self.node_index = cluster.index
         nodes = [cluster.node_object(n) for n in range(len(cluster.names))]
@@ -270,10 +281,23 @@ class ImexPolicy:
         self.now = now
         return bool(self.engine.housekeep())
 
+    def nodes_changed(self, nodes: list[int], now: float) -> None:
+        """The Node objects change as the API server would show them; the watch brings them to the cache."""
+        self.now = now
+        self.refresh_nodes(nodes)
+
+
+# The service under each --fabric-health-policy: the policy name -> the flag's value.
+IMEX_HEALTH: dict[str, HealthPolicy] = {
+    "imex-webhook": "avoid", "imex-webhook-refuse": "refuse", "imex-webhook-allow": "allow"}
+
 
 def make(name: str, cluster: SimCluster, seed: int) -> Placer:
-    kinds: dict[str, type[DefaultPolicy] | type[ImexPolicy]] = {
-        "imex-webhook": ImexPolicy, "default": DefaultPolicy, "affinity-only": AffinityPolicy,
-        "gang-tas": GangTasPolicy}
+    if name in IMEX_HEALTH:
+        imex = ImexPolicy(cluster, seed, IMEX_HEALTH[name])
+        imex.name = name
+        return imex
+    kinds: dict[str, type[DefaultPolicy]] = {
+        "default": DefaultPolicy, "affinity-only": AffinityPolicy, "gang-tas": GangTasPolicy}
     placer: Placer = kinds[name](cluster, seed)
     return placer

@@ -3,9 +3,12 @@
 The metrics are defined so that they add up and can be checked: every submitted job is exactly one of
 completed, stuck or pending at the end; split jobs are a subset of the completed ones. Utilisation is
 time-weighted over the arrival window (first to last arrival), where the offered load is steady, not
-over the drain at the end: *useful* counts GPUs of jobs running whole inside one domain, *held* every
-GPU bound to a pod (including partial placements and split jobs). Queueing delay is also given per
-job-size class (``workload.SIZE_CLASSES``: median and p90 over the jobs that started, with how many did).
+over the drain at the end: *useful* counts GPUs of the runs that completed whole inside one domain (a run
+cut short by a restart is lost work, not useful), *held* every GPU bound to a pod (including partial
+placements, split jobs and runs later lost). Queueing delay (every wait of a job: from its arrival, and
+from each restart, until it runs) is also given per job-size class (``workload.SIZE_CLASSES``: median,
+p90 and p99 over the jobs that started, with how many did), with the restarts, the runs lost to a
+degraded fabric and the useful utilisation of each class.
 Fields whose name starts with ``decision_`` or ends in ``wall_seconds`` are wall-clock timings;
 everything else is deterministic.
 """
@@ -13,6 +16,7 @@ everything else is deterministic.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -39,17 +43,37 @@ def _weighted(timeline: list[tuple[float, int, int]], start: float, end: float, 
     return total / (end - start)
 
 
-def delay_by_size(jobs: list[Job], states: list[JobState]) -> dict[str, dict[str, Any]]:
-    """Per job-size class (``workload.SIZE_CLASSES``): jobs submitted and started, and the median and p90
-    wait in minutes from arrival until the whole job runs, over the jobs that started (``None``: none did;
-    jobs that never ran are not in the percentiles, so read them with the started count)."""
+def _useful_share(pairs: list[tuple[Job, JobState]], window: tuple[float, float], gpus: int) -> float:
+    """The share of all GPUs, time-weighted over ``window``, that the completed runs whole in one domain used."""
+    start, end = window
+    if end <= start:
+        return 0.0
+    used = sum(j.gpu_demand * max(0.0, min(s.ended, end) - max(s.started, start)) for j, s in pairs
+               if s.outcome == "completed" and not s.split and s.started is not None and s.ended is not None)
+    return used / (gpus * (end - start))
+
+
+def _wait_minutes(s: JobState) -> float | None:
+    return s.waited / 60 if s.started is not None else None
+
+
+def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, float],
+                  gpus: int) -> dict[str, dict[str, Any]]:
+    """Per job-size class (``workload.SIZE_CLASSES``): jobs submitted, started and completed; restarts, runs
+    lost to a degraded fabric (of those restarts) and GPU-hours lost; the useful utilisation (share of all
+    GPUs); and the median, p90 and p99 wait in minutes until the job runs, over the jobs that started
+    (``None``: none did; jobs that never ran are not in the percentiles, so read them with that count)."""
     out: dict[str, dict[str, Any]] = {}
     for label, *_ in workload.SIZE_CLASSES:
         pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if workload.size_class(j.pods) == label]
-        waits = [(s.started - j.arrival) / 60 for j, s in pairs if s.started is not None]
+        waits = [w for _, s in pairs if (w := _wait_minutes(s)) is not None]
         out[label] = {"submitted": len(pairs), "started": len(waits),
-                      "wait_p50_minutes": percentile(waits, 50) if waits else None,
-                      "wait_p90_minutes": percentile(waits, 90) if waits else None}
+                      "completed": sum(1 for _, s in pairs if s.outcome == "completed"),
+                      "restarts": sum(s.restarts for _, s in pairs),
+                      "lost_to_degraded_fabric": sum(s.lost_fabric for _, s in pairs),
+                      "restart_gpu_hours_lost": sum(s.lost_gpu_seconds for _, s in pairs) / 3600,
+                      "utilisation_useful": _useful_share(pairs, window, gpus),
+                      **{f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)}}
     return out
 
 
@@ -57,13 +81,14 @@ def metrics(o: Outcome) -> dict[str, Any]:
     p, jobs, states = o.params, o.jobs, o.states
     count = {k: sum(1 for s in states if s.outcome == k) for k in ("completed", "stuck", "pending", "running")}
     split = sum(1 for s in states if s.outcome == "completed" and s.split)
-    delays = sorted((s.started - j.arrival) / 60 for j, s in zip(jobs, states, strict=True) if s.started is not None)
+    delays = sorted(w for s in states if (w := _wait_minutes(s)) is not None)
     window = (jobs[0].arrival, jobs[-1].arrival) if jobs else (0.0, 0.0)
     gpus = p.total_gpus
+    every = list(zip(jobs, states, strict=True))
     by_kind: dict[str, dict[str, float]] = {}
     for kind in workload.KINDS:
         pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if j.kind == kind]
-        waits = [(s.started - j.arrival) / 60 for j, s in pairs if s.started is not None]
+        waits = [w for _, s in pairs if (w := _wait_minutes(s)) is not None]
         by_kind[kind] = {"submitted": len(pairs),
                          **{k: sum(1 for _, s in pairs if s.outcome == k) for k in ("completed", "stuck", "pending")},
                          "split": sum(1 for _, s in pairs if s.outcome == "completed" and s.split),
@@ -75,12 +100,16 @@ def metrics(o: Outcome) -> dict[str, Any]:
         "split_gpu_hours": sum(j.gpu_demand * j.runtime for j, s in zip(jobs, states, strict=True)
                                if s.outcome == "completed" and s.split) / 3600,
         "stuck_gpu_hours_held": sum(s.held_gpu_seconds for s in states) / 3600,
+        "restarts": sum(s.restarts for s in states),
+        "restarts_node_failure": sum(s.restarts_node for s in states),
+        "lost_to_degraded_fabric": sum(s.lost_fabric for s in states),
+        "restart_gpu_hours_lost": sum(s.lost_gpu_seconds for s in states) / 3600,
         "by_kind": by_kind,
-        "utilisation_useful": _weighted(o.timeline, *window, column=2) / gpus,
+        "utilisation_useful": _useful_share(every, window, gpus),
         "utilisation_held": _weighted(o.timeline, *window, column=1) / gpus,
         "queue_delay_minutes": {"p50": percentile(delays, 50), "p99": percentile(delays, 99),
                                 "mean": sum(delays) / len(delays) if delays else 0.0, "started": len(delays)},
-        "delay_by_size": delay_by_size(jobs, states),
+        "delay_by_size": delay_by_size(jobs, states, window, gpus),
         "fabric_attaches": o.attaches, "fabric_gpus_attached": o.attached_gpus,
         "pod_attempts": len(o.decisions),
         "decision_time_us": {"mean": sum(decisions_us) / len(decisions_us) if decisions_us else 0.0,
@@ -99,12 +128,12 @@ def _plots(out: Path, outcomes: list[Outcome], gpus: int) -> list[str]:
     for k, o in enumerate(outcomes):
         t = [e[0] / 3600 for e in o.timeline]
         colour = f"C{k}"
-        ax.step(t, [e[2] / gpus for e in o.timeline], where="post", label=f"{o.policy} useful", linewidth=1,
+        ax.step(t, [e[2] / gpus for e in o.timeline], where="post", label=f"{o.policy} running", linewidth=1,
                 color=colour)
         ax.step(t, [e[1] / gpus for e in o.timeline], where="post", linestyle=":", linewidth=0.8, color=colour,
                 label=f"{o.policy} held")
     ax.set(xlabel="hours", ylabel="fraction of all GPUs", ylim=(0, 1.02),
-           title="GPU utilisation: useful (one domain, running) vs held (bound to any pod)")
+           title="GPU utilisation: running whole in one domain vs held (bound to any pod)")
     ax.legend(fontsize=7, ncol=3, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "utilisation.png", dpi=110)
@@ -112,8 +141,7 @@ def _plots(out: Path, outcomes: list[Outcome], gpus: int) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for o in outcomes:
-        delays = sorted((s.started - j.arrival) / 60 for j, s in zip(o.jobs, o.states, strict=True)
-                        if s.started is not None)
+        delays = sorted(w for s in o.states if (w := _wait_minutes(s)) is not None)
         if delays:
             ax.step([max(d, 0.01) for d in delays], [(i + 1) / len(o.jobs) for i in range(len(delays))],
                     where="post", label=o.policy)
@@ -130,13 +158,17 @@ def _plots(out: Path, outcomes: list[Outcome], gpus: int) -> list[str]:
 def summary_table(rows: list[dict[str, Any]]) -> list[str]:
     """The policies side by side (markdown table lines)."""
     head = ("| policy | submitted | completed | split (broken) | stuck partial | pending at end | useful util "
-            "| held util | delay p50 min | delay p99 min | fabric attaches | decision us/pod (p50/p99) |")
-    lines = [head, "|---" * 12 + "|"]
+            "| held util | delay p50 min | delay p99 min | restarts (node failure / degraded fabric) "
+            "| GPU-h lost to restarts | fabric attaches | decision us/pod (p50/p99) |")
+    lines = [head, "|---" * 14 + "|"]
     for r in rows:
         d, t = r["queue_delay_minutes"], r["decision_time_us"]
         lines.append(f"| {r['policy']} | {r['submitted']} | {r['completed']} | {r['split']} | {r['stuck']} "
                      f"| {r['pending']} | {r['utilisation_useful']:.1%} | {r['utilisation_held']:.1%} "
-                     f"| {d['p50']:.1f} | {d['p99']:.1f} | {r['fabric_attaches']} | {t['p50']:.0f} / {t['p99']:.0f} |")
+                     f"| {d['p50']:.1f} | {d['p99']:.1f} "
+                     f"| {r['restarts']} ({r['restarts_node_failure']} / {r['lost_to_degraded_fabric']}) "
+                     f"| {r['restart_gpu_hours_lost']:.0f} "
+                     f"| {r['fabric_attaches']} | {t['p50']:.0f} / {t['p99']:.0f} |")
     return lines
 
 
@@ -144,28 +176,49 @@ def _minutes(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def size_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Queueing delay per job-size class (markdown table lines): p50 / p90 minutes (started of submitted)."""
+def _by_size(rows: list[dict[str, Any]], cell: Callable[[dict[str, Any]], str]) -> list[str]:
     labels = [label for label, *_ in workload.SIZE_CLASSES]
     lines = ["| policy | " + " | ".join(f"{label} pods" for label in labels) + " |", "|---" * (len(labels) + 1) + "|"]
     for r in rows:
-        cells = [f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} "
-                 f"({c['started']}/{c['submitted']})" for c in (r["delay_by_size"][label] for label in labels)]
-        lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['policy']} | " + " | ".join(cell(r["delay_by_size"][label]) for label in labels) + " |")
     return lines
 
 
-SIZE_NOTE = ("Queueing delay by job size (pods per job): median / p90 minutes from arrival until the whole job "
-             "runs, over the jobs that started (started/submitted in brackets).")
+def size_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Queueing delay per job-size class (markdown table lines): p50 / p90 / p99 minutes (started of submitted)."""
+    return _by_size(rows, lambda c: f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} / "
+                                    f"{_minutes(c['wait_p99_minutes'])} ({c['started']}/{c['submitted']})")
+
+
+def fault_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per job-size class (markdown table lines): completed of submitted, restarts (lost to a degraded
+    fabric), useful utilisation."""
+    return _by_size(rows, lambda c: f"{c['completed']}/{c['submitted']}, {c['restarts']} "
+                                    f"({c['lost_to_degraded_fabric']}), {c['utilisation_useful']:.1%}")
+
+
+SIZE_NOTE = ("Queueing delay by job size (pods per job): median / p90 / p99 minutes waited until the whole job "
+             "runs (from arrival and from each restart), over the jobs that started (started/submitted in "
+             "brackets).")
+FAULT_NOTE = ("Faults by job size: completed/submitted, restarts (of them lost to a degraded fabric), useful "
+              "utilisation (share of all GPUs used by runs that completed whole in one domain).")
+
+
+def fault_line(described: dict[str, Any]) -> str:
+    return (f"Faults (the same for every policy): {described['node_failures']} node failures "
+            f"({described['node_hours_down']:.0f} node-hours down), {described['fabric_degradations']} fabric "
+            f"degradations ({described['node_hours_degraded']:.0f} node-hours degraded).")
 
 
 def tables(result: dict[str, Any]) -> str:
-    """What ``imex-webhook simulate`` prints: both tables, from ``write``'s result."""
+    """What ``imex-webhook simulate`` prints: the three tables, from ``write``'s result."""
     rows = list(result["policies"].values())
-    return "\n".join([*summary_table(rows), "", SIZE_NOTE, "", *size_table(rows)]) + "\n"
+    return "\n".join([fault_line(result["faults"]), "", *summary_table(rows), "", SIZE_NOTE, "",
+                      *size_table(rows), "", FAULT_NOTE, "", *fault_table(rows)]) + "\n"
 
 
-def _md(params: Params, stream: dict[str, Any], rows: list[dict[str, Any]], plots: list[str]) -> str:
+def _md(params: Params, stream: dict[str, Any], described: dict[str, Any], rows: list[dict[str, Any]],
+        plots: list[str]) -> str:
     lines = ["# imex-webhook simulate", "",
              f"Seed {params.seed}; {params.cliques} NVLink cliques of {params.clique_nodes} nodes x "
              f"{params.gpus_per_node} GPUs, {params.fabric_zones} fabric zones of {params.fabric_nodes} nodes "
@@ -173,8 +226,12 @@ def _md(params: Params, stream: dict[str, Any], rows: list[dict[str, Any]], plot
              f"{params.total_gpus} GPUs. {stream['jobs']} jobs ({stream['by_kind']}) over "
              f"{stream['arrival_span_hours']:.1f} h, offered load {params.load:.0%} of the clique GPUs, median run "
              f"{stream['median_runtime_hours']:.2f} h; stuck after {params.stuck_timeout / 60:.0f} min partly placed.",
+             "", f"Fault model: {params.node_failures:g} node failures per node and {params.fabric_degradations:g} "
+             f"fabric degradations per NVLink tray per day, repaired after {params.repair_hours:g} h and healthy "
+             f"again after {params.degraded_hours:g} h on average; a running ComputeDomain job lost with chance "
+             f"{params.degraded_loss:g} per degradation of its domain. {fault_line(described)}",
              "", *summary_table(rows)]
-    lines += ["", SIZE_NOTE, "", *size_table(rows)]
+    lines += ["", SIZE_NOTE, "", *size_table(rows), "", FAULT_NOTE, "", *fault_table(rows)]
     lines += ["", "By kind (completed / split / stuck / pending of submitted; queueing delay p50 / p99 minutes):", ""]
     for r in rows:
         parts = [f"{k} {v['completed']}/{v['split']}/{v['stuck']}/{v['pending']} of {v['submitted']} "
@@ -189,13 +246,17 @@ def _md(params: Params, stream: dict[str, Any], rows: list[dict[str, Any]], plot
     return "\n".join(lines) + "\n"
 
 
-def write(out: Path, params: Params, jobs: list[Job], outcomes: list[Outcome], plots: bool = True) -> dict[str, Any]:
+def write(out: Path, params: Params, jobs: list[Job], outcomes: list[Outcome], plots: bool = True,
+          described: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``described``: ``faults.describe`` of the run's faults (none when absent)."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [metrics(o) for o in outcomes]
     stream = workload.describe(jobs)
+    described = described or {"node_failures": 0, "node_hours_down": 0.0, "fabric_degradations": 0,
+                               "node_hours_degraded": 0.0, "nodes_failed": [], "nodes_degraded": []}
     images = _plots(out, outcomes, params.total_gpus) if plots else []
-    result = {"parameters": asdict(params), "total_gpus": params.total_gpus, "stream": stream,
+    result = {"parameters": asdict(params), "total_gpus": params.total_gpus, "stream": stream, "faults": described,
               "policies": {r["policy"]: r for r in rows}, "plots": images, "timing_fields": list(TIMING_KEYS)}
     (out / "metrics.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-    (out / "report.md").write_text(_md(params, stream, rows, images), encoding="utf-8")
+    (out / "report.md").write_text(_md(params, stream, described, rows, images), encoding="utf-8")
     return result

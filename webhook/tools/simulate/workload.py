@@ -11,6 +11,8 @@ results come from the policies alone. The mix is what a shared NVL72 installatio
   for everyone alike.
 Arrivals are Poisson with the rate that offers ``load`` times the clique GPUs on average; run times are
 log-normal (median ``runtime_median``, shape ``runtime_sigma``), as job durations on shared clusters are.
+The node failures and fabric degradations the cluster suffers meanwhile (``faults``) are drawn from the
+same seed, on a stream of their own: the job stream is the same with or without them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import math
 import random
 from dataclasses import dataclass
 
-POLICIES = ("imex-webhook", "default", "affinity-only", "gang-tas")
+# imex-webhook-refuse and imex-webhook-allow: the service with --fabric-health-policy refuse or allow
+# (imex-webhook: avoid, the default). Not in a default run: each costs as much as the rest together.
+POLICIES = ("imex-webhook", "default", "affinity-only", "gang-tas", "imex-webhook-refuse", "imex-webhook-allow")
+DEFAULT_POLICIES = POLICIES[:4]
 KINDS = ("nvlink", "fabric", "plain")
 
 # nvlink group sizes and their weights: small jobs, powers of two, whole racks, and a spread in between.
@@ -58,6 +63,12 @@ class Params:
     plain_share: float = 0.12
     half_tray_share: float = 0.2  # nvlink pods that take 2 GPUs instead of 4
     stuck_timeout: float = 1800.0  # seconds a partly placed job may wait before it is torn down
+    # Faults over the arrival window (``faults``): rates per node per day, mean durations in hours.
+    node_failures: float = 0.01  # any node lost (NotReady) until repaired
+    repair_hours: float = 4.0
+    fabric_degradations: float = 0.02  # an NVLink tray's fabric degraded, then healthy again
+    degraded_hours: float = 6.0
+    degraded_loss: float = 0.3  # chance a running job fails per degradation of its domain it lives through
 
     @property
     def clique_gpus(self) -> int:
