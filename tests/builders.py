@@ -49,7 +49,8 @@ def store(objects: list[dict[str, Any]], policy: Policy | None = None,
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         by_kind.setdefault(obj["kind"], []).append(obj)
-    for kind in ("Node", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job", *workload_tables.KINDS,
+    for kind in ("Node", "ResourceSlice", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job",
+                 *workload_tables.KINDS,
                  "Pod"):
         s.replace(kind, by_kind.get(kind, []))
     if fabric_free:
@@ -67,3 +68,16 @@ def snapshot(objects: list[dict[str, Any]], reservations: dict[str, Reservation]
 
 def rack(prefix: str, domain: str, count: int, gpus: int = 4) -> list[dict[str, Any]]:
     return [node(f"{prefix}-{i:02d}", gpus, domain) for i in range(count)]
+
+
+def allocated_claim(name: str, node: str, cd_uid: str | None, target: str = "Workload",
+                    namespace: str = "ml") -> dict[str, Any]:
+    """A ResourceClaim the scheduler allocated on ``node``'s compute-domain pool, as kube-apiserver stores it."""
+    labels = {keys.COMPUTE_DOMAIN_LABEL: cd_uid, keys.COMPUTE_DOMAIN_TARGET_LABEL: target} if cd_uid else {}
+    device = "daemon-0" if target == keys.DAEMON_TARGET else "channel-0"
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": labels},
+            "spec": {"devices": {"requests": [{"name": "r", "exactly": {
+                "deviceClassName": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "r", "driver": keys.COMPUTE_DOMAIN_DRIVER, "pool": node, "device": device}]}}}}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import grouping, keys, parsing
+from webhook.domain import claim_parsing, grouping, keys, parsing
 from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import Catalog
 from webhook.domain.policy import Policy
@@ -91,7 +91,7 @@ def test_a_compute_domain_id_that_is_no_string_is_malformed() -> None:
     claim = {"metadata": {"name": "c"}, "spec": {"devices": {"config": [{"opaque": {"parameters": {
         "kind": keys.COMPUTE_DOMAIN_CHANNEL_CONFIG_KIND, "domainID": [[["deep"]]]}}}]}}}
     with pytest.raises(WireError, match="expected a string"):
-        parsing.claim_spec(claim, template=False)
+        claim_parsing.claim_spec(claim, template=False)
 
 
 def _group_name(annotation: str, namespace: str = "ml") -> tuple[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests import builders
-from webhook.domain import keys, parsing
+from webhook.domain import claim_parsing, keys, parsing
 from webhook.errors import WireError
 
 
@@ -107,7 +107,7 @@ def _claim(requests: list[dict[str, object]], template: bool = False) -> dict[st
 ])
 def test_device_requests_are_read_in_every_api_shape(request_body: dict[str, object], device_class: str,
                                                      count: int, all_devices: bool) -> None:
-    spec = parsing.claim_spec(_claim([request_body]), template=False)
+    spec = claim_parsing.claim_spec(_claim([request_body]), template=False)
     (req,) = spec.requests
     assert (req.device_class, req.count, req.all_devices) == (device_class, count, all_devices)
 
@@ -115,7 +115,7 @@ def test_device_requests_are_read_in_every_api_shape(request_body: dict[str, obj
 def test_a_template_finds_its_compute_domain_in_the_opaque_channel_config() -> None:
     rct = builders.cd_objects("train", 4)[1]
     del rct["metadata"]["labels"]
-    assert parsing.claim_spec(rct, template=True).compute_domain == builders.cd_uid("train")
+    assert claim_parsing.claim_spec(rct, template=True).compute_domain == builders.cd_uid("train")
 
 
 def test_a_negative_num_nodes_is_rejected() -> None:

@@ -33,10 +33,12 @@ def _dev(kind: str | None = "gpu", qualified: bool = False) -> dict[str, Any]:
     (_slice([_dev(), _dev(), _dev(), _dev()]), SliceGpus("s", "n1", 4)),
     (_slice([_dev(), _dev("mig"), _dev("vfio")]), SliceGpus("s", "n1", 1)),
     (_slice([_dev(None), _dev(qualified=True)]), SliceGpus("s", "n1", 2)),
-    (_slice([_dev("channel")], driver="compute-domain.nvidia.com"), SliceGpus("s", None, 0)),
+    (_slice([_dev("channel"), _dev("daemon")], driver="compute-domain.nvidia.com"), SliceGpus("s", "n1", 0, 1)),
+    (_slice([_dev("channel")], driver="example.com/other"), SliceGpus("s", None, 0)),
     (_slice([_dev()], node=None, allNodes=True), SliceGpus("s", None, 0)),
     (_slice([]), SliceGpus("s", "n1", 0)),
 ], ids=["four whole GPUs", "MIG and VFIO devices are not whole GPUs", "untyped and qualified attributes count",
+        "the compute-domain plugin's slice publishes an IMEX channel and no GPU",
         "another driver's slice counts for no node", "a slice for all nodes counts for no node", "no devices"])
 def test_a_slice_counts_the_whole_gpus_of_a_gpu_driver_on_its_node(obj: dict[str, Any], expected: SliceGpus) -> None:
     assert resource_slice(obj, DRIVERS) == expected

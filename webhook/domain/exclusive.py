@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from webhook.domain import grouping
 from webhook.domain.model import Group, GroupKind, Reservation, Snapshot
+from webhook.domain.node_constraints import holder_name, holders
 from webhook.domain.policy import Policy
 
 _CD_GROUP = "cd:"
@@ -60,13 +61,8 @@ def conflict(domain: str, group: Group, snapshot: Snapshot, others: Mapping[str,
     if group.exclusive:
         for name in snapshot.domains.get(domain, ()):
             node = snapshot.nodes.get(name)
-            used = set(snapshot.node_compute_domains.get(name, frozenset()))
-            if node is not None and node.compute_domain:
-                used.add(node.compute_domain)
-            used.discard(group.compute_domain)
+            used = (holders(node, snapshot) if node is not None else set()) - {group.compute_domain}
             if used:
-                cd = snapshot.catalog.compute_domains.get(min(used))
-                who = f"{cd.namespace}/{cd.name}" if cd is not None else min(used)
-                return (f"domain {domain} is used by ComputeDomain {who} (node {name}), and this group asks for "
-                        "an NVLink domain of its own (imex-webhook.io/exclusive-domain)")
+                return (f"domain {domain} is used by {holder_name(min(used), snapshot)} (node {name}), and this "
+                        "group asks for an NVLink domain of its own (imex-webhook.io/exclusive-domain)")
     return None

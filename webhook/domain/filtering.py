@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from webhook.domain import candidates as candidates_
-from webhook.domain import capacity, grouping, health, placement
+from webhook.domain import capacity, grouping, health, node_constraints, placement
 from webhook.domain.capacity import Verdict
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -186,6 +186,15 @@ def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_u
     if cd and held and held - {cd}:
         return Verdict.NEVER, (f"node runs a pod of ComputeDomain {sorted(held - {cd})[0]} "
                                "(the NVIDIA DRA driver allows one ComputeDomain per node)")
+    by_claims = snapshot.imex_holds.get(name, frozenset()) - {cd} if cd else frozenset()
+    if by_claims:
+        holder = node_constraints.holder_name(min(by_claims), snapshot)
+        return Verdict.NEVER, (f"node's IMEX channel or daemon device is allocated to {holder} (the NVIDIA DRA "
+                               "driver allows one ComputeDomain per node)")
+    channels = snapshot.channel_nodes
+    if cd and channels is not None and name not in channels:
+        return Verdict.NEVER, ("node publishes no IMEX channel (no compute-domain.nvidia.com ResourceSlice for it), "
+                               "so a ComputeDomain pod's channel claim cannot be allocated here")
     if group.one_pod_per_node and group.id in snapshot.node_groups.get(name, frozenset()):
         return Verdict.NEVER, ("node already runs a pod of this ComputeDomain; the driver publishes one "
                                "IMEX channel per node, so members need one node each")

@@ -46,7 +46,14 @@ REDFISH_SYSTEM_ANNOTATION = f"{PREFIX}/redfish-system"
 # channel is prepared there, and on the ResourceClaimTemplates the controller creates for a ComputeDomain.
 COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
 COMPUTE_DOMAIN_TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
+DAEMON_TARGET = "Daemon"  # the target label's value on the IMEX daemons' claim template (not "Workload")
 COMPUTE_DOMAIN_CHANNEL_CONFIG_KIND = "ComputeDomainChannelConfig"
+COMPUTE_DOMAIN_DAEMON_CONFIG_KIND = "ComputeDomainDaemonConfig"
+# The driver of the compute-domain kubelet plugin: one pool per node (named after it) publishing the IMEX
+# channel ``channel-0`` (type channel) and ``daemon-0`` (type daemon). One channel per node is why a node
+# takes one ComputeDomain's pod at a time; a node without the slice cannot take one at all.
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+IMEX_CHANNEL_TYPE = "channel"
 
 DEFAULT_CHANNEL_DEVICE_CLASSES: tuple[str, ...] = (
     "compute-domain-default-channel.nvidia.com",

@@ -119,6 +119,8 @@ class ClaimSpec:
     compute_domain: str | None  # from the driver's label or the opaque ComputeDomainChannelConfig.domainID
     requests: tuple[DeviceRequest, ...]
     reserved_for: tuple[str, ...] = ()  # pod UIDs (ResourceClaim status.reservedFor)
+    daemon_for: str | None = None  # ComputeDomain UID of an IMEX daemon's claim (never makes a group)
+    imex_nodes: tuple[str, ...] = ()  # nodes whose compute-domain devices the allocation holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,3 +291,7 @@ class Snapshot:
     attached_blocks: Mapping[str, int] = field(default_factory=dict)  # node -> fabric slots in use
     # Groups seen placed whose members are now all deleted or finished (webhook.state.pod_index).
     ended_groups: frozenset[str] = frozenset()
+    # Nodes whose compute-domain plugin publishes an IMEX channel; None: published nowhere, not checked.
+    channel_nodes: frozenset[str] | None = None
+    # node -> ComputeDomain UIDs (or "claim:<ns>/<name>") whose allocated claims hold its compute-domain devices
+    imex_holds: Mapping[str, frozenset[str]] = field(default_factory=dict)

@@ -17,9 +17,7 @@ from typing import Any
 from webhook.domain import domain_kinds, keys, workload_refs
 from webhook.domain import quantity as quantities
 from webhook.domain.model import (
-    ClaimSpec,
     ComputeDomain,
-    DeviceRequest,
     Job,
     Node,
     OwnerRef,
@@ -239,65 +237,6 @@ def pod(obj: Any, path: str = "Pod", validated: bool = True) -> Pod:
     # The groups other controllers put the pod in are read from their labels before only ours are kept.
     refs = workload_refs.pod_refs(parsed.namespace, parsed.name, labels, annotations, spec, f"{path}.spec")
     return replace(parsed, workload=refs) if refs is not None else parsed
-
-
-def _device_request(raw: Any, path: str) -> DeviceRequest | None:
-    raw = _map(raw, path)
-    name = _str(raw.get("name"), f"{path}.name")
-    # resource.k8s.io/v1 nests the request under "exactly" or lists "firstAvailable" alternatives;
-    # v1beta1 put deviceClassName at the top. Read all three shapes.
-    body = _map(raw.get("exactly"), f"{path}.exactly")
-    bpath = f"{path}.exactly"
-    if not body:
-        alternatives = _list(raw.get("firstAvailable"), f"{path}.firstAvailable")
-        body, bpath = (_map(alternatives[0], f"{path}.firstAvailable[0]"), f"{path}.firstAvailable[0]") \
-            if alternatives else (raw, path)
-    device_class = _str(body.get("deviceClassName"), f"{bpath}.deviceClassName")
-    if not device_class:
-        return None
-    mode = _str(body.get("allocationMode"), f"{bpath}.allocationMode", "ExactCount")
-    amount = count(body.get("count", 1), f"{bpath}.count")
-    return DeviceRequest(name=name, device_class=device_class, count=amount, all_devices=mode == "All")
-
-
-def _compute_domain_from_config(spec: Mapping[str, Any], path: str) -> str | None:
-    for i, cfg in enumerate(_list(spec.get("config"), f"{path}.config")):
-        opaque = _map(_map(cfg, f"{path}.config[{i}]").get("opaque"), f"{path}.config[{i}].opaque")
-        params = _map(opaque.get("parameters"), f"{path}.config[{i}].opaque.parameters")
-        if params.get("kind") == keys.COMPUTE_DOMAIN_CHANNEL_CONFIG_KIND and params.get("domainID"):
-            return _str(params["domainID"], f"{path}.config[{i}].opaque.parameters.domainID")
-    return None
-
-
-def claim_spec(obj: Any, template: bool, path: str = "claim") -> ClaimSpec:
-    """A ResourceClaim, or a ResourceClaimTemplate (whose claim spec sits under spec.spec)."""
-    obj = _map(obj, path)
-    meta = _map(obj.get("metadata"), f"{path}.metadata")
-    spec = _map(obj.get("spec"), f"{path}.spec")
-    spath = f"{path}.spec"
-    if template:
-        spec, spath = _map(spec.get("spec"), f"{path}.spec.spec"), f"{path}.spec.spec"
-    devices = _map(spec.get("devices"), f"{spath}.devices")
-    requests = []
-    for i, raw in enumerate(_list(devices.get("requests"), f"{spath}.devices.requests")):
-        parsed = _device_request(raw, f"{spath}.devices.requests[{i}]")
-        if parsed is not None:
-            requests.append(parsed)
-    labels = _labels(meta.get("labels"), f"{path}.metadata.labels")
-    status = _map(obj.get("status"), f"{path}.status")
-    reserved = tuple(
-        _str(_map(r, f"{path}.status.reservedFor[{i}]").get("uid"), f"{path}.status.reservedFor[{i}].uid")
-        for i, r in enumerate(_list(status.get("reservedFor"), f"{path}.status.reservedFor"))
-    )
-    return ClaimSpec(
-        namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
-        name=_str(meta.get("name"), f"{path}.metadata.name"),
-        uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
-        compute_domain=(labels.get(keys.COMPUTE_DOMAIN_LABEL)
-                        or _compute_domain_from_config(devices, f"{spath}.devices")),
-        requests=tuple(requests),
-        reserved_for=reserved,
-    )
 
 
 def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:

@@ -8,13 +8,25 @@ other groups (their reservations, minus members they placed) is taken out first.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from webhook.domain import exclusive
-from webhook.domain.capacity import attachable, free_local, source_mismatch
-from webhook.domain.health import HealthPolicy, domain_health, node_problem
+from webhook.domain.capacity import attachable, free_local
+from webhook.domain.health import HealthPolicy, domain_health
 from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
+from webhook.domain.node_constraints import (
+    BUSY,
+    FILTERED,
+    NO_FABRIC,
+    OWN_MEMBER,
+    PROMISED,
+    held_by,
+    lasting,
+    ordered,
+    summary,
+)
 from webhook.domain.policy import Policy
 
 
@@ -28,6 +40,12 @@ class Offer:
     spare_gpus: int  # free GPUs left in the domain after hosting them
     spare_nodes: int  # eligible nodes left untouched
     ceiling: int  # members it could host if every pod in it finished (ignores current use)
+    nodes: int = 0  # nodes in the domain
+    ruled_out: tuple[tuple[str, int], ...] = ()  # (constraint, nodes it keeps from taking a member), largest first
+
+    def shortfall(self, remaining: int, one_pod_per_node: bool) -> str:
+        """Which constraints ran out, with counts, for a group this domain cannot host."""
+        return summary(self.domain, self.nodes, self.ruled_out, self.pods, remaining, one_pod_per_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,35 +94,42 @@ def holds(snapshot: Snapshot, others: Mapping[str, Reservation], exclude: str) -
 
 
 def eligible(node: Node, group: Group, snapshot: Snapshot) -> bool:
-    """Not held by another ComputeDomain (the driver allows one per node)."""
-    if group.compute_domain is None:
-        return True
-    if node.compute_domain and node.compute_domain != group.compute_domain:
-        return False
-    others = snapshot.node_compute_domains.get(node.name, frozenset()) - {group.compute_domain}
-    return not others
+    """Not held by another ComputeDomain (the driver allows one per node; ``node_constraints.held_by``)."""
+    return held_by(node, group, snapshot) is None
 
 
 def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Snapshot,
           held: list[Hold], allowed: Set[str] | None = None) -> Offer:
     """``allowed``: the nodes the scheduler found feasible for this pod (its own filters: node selectors,
-    affinity, taints); only they can take members now. The ceiling still counts the whole domain."""
+    affinity, taints); only they can take members now. The ceiling still counts the whole domain. Every
+    node not taking a member is counted under the first constraint that rules it out (``node_constraints``)."""
     names = [n for n in snapshot.domains.get(domain, ()) if n in snapshot.nodes]
-    # A node whose GPUs are of another kind than the pod asks for (device plugin vs DRA) never hosts it.
-    # Nor does a node that is unhealthy, not Ready, tainted for its conditions or cordoned (health).
-    every = [snapshot.nodes[n] for n in names
-             if source_mismatch(snapshot.nodes[n], need) is None and node_problem(snapshot.nodes[n]) is None]
+    tally: Counter[str] = Counter()
+    # A node whose GPUs are of another kind than the pod asks for, that is unhealthy, not Ready, tainted
+    # for its conditions or cordoned, or lacks the IMEX channel a ComputeDomain pod claims, never hosts it.
+    every = []
+    for name in names:
+        why = lasting(snapshot.nodes[name], need, group, snapshot)
+        if why is None:
+            every.append(snapshot.nodes[name])
+        else:
+            tally[why] += 1
     nodes = every if allowed is None else [n for n in every if n.name in allowed]
+    tally[FILTERED] += len(every) - len(nodes)
     already = snapshot.node_groups
     local = {n.name: free_local(n, snapshot) for n in nodes}
     slots = {n.name: attachable(n, snapshot) for n in nodes}
     zone_budget: dict[str | None, int] = {
         n.fabric_zone: snapshot.fabric_free.get(n.fabric_zone, 0) for n in nodes if n.fabric_zone
     }
-    blocked: set[str] = {n.name for n in nodes if not eligible(n, group, snapshot)}
-    if group.one_pod_per_node:
-        # A node that already runs a member takes no second one.
-        blocked |= {n.name for n in nodes if group.id in already.get(n.name, frozenset())}
+    blocked: dict[str, str] = {}
+    for n in nodes:
+        why_held = held_by(n, group, snapshot)
+        if why_held is not None:
+            blocked[n.name] = why_held
+        elif group.one_pod_per_node and group.id in already.get(n.name, frozenset()):
+            blocked[n.name] = OWN_MEMBER  # a node that already runs a member takes no second one
+    before_holds = dict(local)
 
     # Take other groups' promised pods out first, best fit, preferring local GPUs.
     for hold in held:
@@ -126,9 +151,34 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
                 slots[best.name] -= rest
                 zone_budget[best.fabric_zone] = zone_budget.get(best.fabric_zone, 0) - rest
             if hold.compute_domain:
-                blocked.add(best.name)
+                blocked[best.name] = PROMISED
 
+    tally.update(blocked.values())
     usable = [n for n in nodes if n.name not in blocked]
+    placed, total, attaches = _place(usable, group, need, remaining, local, slots, zone_budget)
+    if total < remaining:
+        for n in usable:
+            if n.name not in placed:
+                tally[_short(n, need, before_holds[n.name], local[n.name])] += 1
+    spare_fabric = sum(max(0, v) for v in zone_budget.values())
+    spare_gpus = sum(local[n.name] for n in usable) + spare_fabric
+    spare_nodes = len([n for n in usable if n.name not in placed])
+    # The ceiling ignores current use, holds of other ComputeDomains included: could the domain ever
+    # host the group, once the pods running there finish?
+    per_node = 1 if group.one_pod_per_node else remaining
+    if need.whole_node:
+        ceiling = sum(1 for n in every if n.gpus > 0)
+    elif need.gpus == 0:
+        ceiling = len(every) if group.one_pod_per_node else remaining
+    else:
+        ceiling = sum(min(per_node, (n.gpus + n.fabric_slots) // need.gpus) for n in every)
+    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling, len(names), ordered(tally))
+
+
+def _place(usable: list[Node], group: Group, need: Demand, remaining: int, local: dict[str, int],
+           slots: dict[str, int], zone_budget: dict[str | None, int]) -> tuple[dict[str, int], int, int]:
+    """Members per node (local GPUs first, then fabric attaches), how many in all, fabric GPUs to attach.
+    Updates ``local``, ``slots`` and ``zone_budget`` to what is left."""
     per_node = 1 if group.one_pod_per_node else remaining
     placed: dict[str, int] = {}
     total = attaches = 0
@@ -138,48 +188,45 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
                 placed[n.name] = 1
                 total += 1
                 local[n.name] = 0
-    elif need.gpus == 0:
+        return placed, total, attaches
+    if need.gpus == 0:
         for n in usable:
             if total < remaining:
                 k = min(per_node, remaining - total)
                 placed[n.name] = k
                 total += k
-    else:
-        # Local GPUs first, so a domain that needs no fabric attach is recognised as such.
-        for n in usable:
-            k = min(per_node, remaining - total, local[n.name] // need.gpus)
-            if k > 0:
-                placed[n.name] = k
-                total += k
-                local[n.name] -= k * need.gpus
-        for n in usable:
-            if total >= remaining or not n.fabric_zone:
-                continue
-            room = per_node - placed.get(n.name, 0)
-            budget = min(slots[n.name], zone_budget.get(n.fabric_zone, 0))
-            k = min(room, remaining - total, (local[n.name] + budget) // need.gpus)
-            if k > 0:
-                used_fabric = k * need.gpus - local[n.name]
-                local[n.name] = max(0, local[n.name] - k * need.gpus)
-                if used_fabric > 0:
-                    slots[n.name] -= used_fabric
-                    zone_budget[n.fabric_zone] -= used_fabric
-                    attaches += used_fabric
-                placed[n.name] = placed.get(n.name, 0) + k
-                total += k
-    spare_fabric = sum(max(0, v) for v in zone_budget.values())
-    spare_gpus = sum(local[n.name] for n in usable) + spare_fabric
-    spare_nodes = len([n for n in usable if n.name not in placed])
-    # The ceiling ignores current use, holds of other ComputeDomains included: could the domain ever
-    # host the group, once the pods running there finish?
-    candidates = every
-    if need.whole_node:
-        ceiling = sum(1 for n in candidates if n.gpus > 0)
-    elif need.gpus == 0:
-        ceiling = len(candidates) if group.one_pod_per_node else remaining
-    else:
-        ceiling = sum(min(per_node, (n.gpus + n.fabric_slots) // need.gpus) for n in candidates)
-    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling)
+        return placed, total, attaches
+    # Local GPUs first, so a domain that needs no fabric attach is recognised as such.
+    for n in usable:
+        k = min(per_node, remaining - total, local[n.name] // need.gpus)
+        if k > 0:
+            placed[n.name] = k
+            total += k
+            local[n.name] -= k * need.gpus
+    for n in usable:
+        if total >= remaining or not n.fabric_zone:
+            continue
+        room = per_node - placed.get(n.name, 0)
+        budget = min(slots[n.name], zone_budget.get(n.fabric_zone, 0))
+        k = min(room, remaining - total, (local[n.name] + budget) // need.gpus)
+        if k > 0:
+            used_fabric = k * need.gpus - local[n.name]
+            local[n.name] = max(0, local[n.name] - k * need.gpus)
+            if used_fabric > 0:
+                slots[n.name] -= used_fabric
+                zone_budget[n.fabric_zone] -= used_fabric
+                attaches += used_fabric
+            placed[n.name] = placed.get(n.name, 0) + k
+            total += k
+    return placed, total, attaches
+
+
+def _short(node: Node, need: Demand, before_holds: int, now: int) -> str:
+    """Why a usable node took no member: other groups' promises took what it had, or it is busy."""
+    wanted = node.gpus if need.whole_node else need.gpus
+    if before_holds >= wanted > now:
+        return PROMISED
+    return NO_FABRIC if node.fabric_zone and node.fabric_slots > 0 else BUSY
 
 
 def still_fits(domain: str, group: Group, need: Demand, remaining: int, snapshot: Snapshot,
@@ -242,12 +289,15 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
                       remaining, offers)
     largest = max(offers, key=lambda o: (o.pods, -o.attaches, o.domain))
     biggest_ever = max(offers, key=lambda o: (o.ceiling, o.domain))
+    # Which constraints ran out in the domain with most room, when anything but GPUs did.
+    short = largest.shortfall(remaining, group.one_pod_per_node) if largest.ruled_out else ""
     if placed_domains:
         reason = (f"{what} already has {placed} pods in domain {placed_domains[0]}, which has room for only "
-                  f"{largest.pods} of the {remaining} still to place")
+                  f"{largest.pods} of the {remaining} still to place" + (f" ({short})" if short else ""))
     else:
         reason = (f"no domain can host {remaining} pods of {what}: the largest free capacity is "
-                  f"{largest.pods} pods (domain {largest.domain}, {len(offers)} domains checked)")
+                  f"{largest.pods} pods (domain {largest.domain}, {len(offers)} domains checked"
+                  + (f"; {short})" if short else ")"))
     later = biggest_ever.ceiling >= remaining
     if later:
         reason += f"; domain {biggest_ever.domain} could once running pods finish"

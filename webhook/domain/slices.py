@@ -9,6 +9,10 @@ as with the device plugin.
 Counted: devices of a configured GPU driver whose ``type`` attribute is ``gpu`` (or absent). MIG slices
 and VFIO devices are other types and are not whole GPUs. Slices for many nodes (``nodeSelector``,
 ``allNodes``) carry no per-node GPUs and count for no node.
+
+The compute-domain kubelet plugin's slices are read too: a node whose pool publishes an IMEX channel
+(type ``channel``) can take one ComputeDomain pod; once the plugin publishes anywhere in the cluster, a node
+without a channel can take none (docs/SCHEDULER.md, "What a domain can take").
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.domain import keys
 from webhook.errors import WireError
 
 WHOLE_GPU_TYPES = frozenset({"gpu"})
@@ -25,8 +30,9 @@ WHOLE_GPU_TYPES = frozenset({"gpu"})
 @dataclass(frozen=True, slots=True)
 class SliceGpus:
     name: str
-    node: str | None  # None: not a per-node slice, or not a GPU driver's
+    node: str | None  # None: not a per-node slice, or neither a GPU driver's nor the compute-domain plugin's
     gpus: int
+    channels: int = 0  # IMEX channel devices of the compute-domain plugin
 
 
 def _field(obj: Mapping[str, Any], key: str, kind: type, path: str) -> Any:
@@ -56,15 +62,18 @@ def resource_slice(obj: Any, gpu_drivers: Sequence[str], path: str = "resourceSl
     spec = _field(obj, "spec", dict, path) or {}
     driver = _field(spec, "driver", str, f"{path}.spec") or ""
     node = _field(spec, "nodeName", str, f"{path}.spec")
-    if driver not in gpu_drivers or not node:
+    imex = driver == keys.COMPUTE_DOMAIN_DRIVER
+    if not (imex or driver in gpu_drivers) or not node:
         return SliceGpus(name, None, 0)
     devices = _field(spec, "devices", list, f"{path}.spec") or []
-    gpus = 0
+    gpus = channels = 0
     for i, device in enumerate(devices):
         where = f"{path}.spec.devices[{i}]"
         if not isinstance(device, dict):
             raise WireError(where, f"expected an object, got {type(device).__name__}")
         kind = _device_type(device, driver, where)
-        if kind is None or kind in WHOLE_GPU_TYPES:
+        if imex:
+            channels += kind == keys.IMEX_CHANNEL_TYPE
+        elif kind is None or kind in WHOLE_GPU_TYPES:
             gpus += 1
-    return SliceGpus(name, node, gpus)
+    return SliceGpus(name, node, gpus, channels)

@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.domain import keys
 
-CD_DRIVER = "compute-domain.nvidia.com"
+CD_DRIVER = keys.COMPUTE_DOMAIN_DRIVER
 
 
 def channel_device_class() -> dict[str, Any]:

@@ -23,13 +23,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from webhook.domain import parsing, slices
+from webhook.domain import claim_parsing, parsing, slices
 from webhook.domain.group_sources import TABLES, Table
-from webhook.domain.model import Catalog, ComputeDomain, Node, ObjectKey, Pod, Snapshot
+from webhook.domain.model import Catalog, ClaimSpec, ComputeDomain, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.slices import SliceGpus
 from webhook.errors import WireError
 from webhook.state import workload_tables
+from webhook.state.imex_holds import ImexHolds
 from webhook.state.node_index import NodeIndex
 from webhook.state.pod_index import PodIndex, derive
 from webhook.state.rejects import Rejects
@@ -64,6 +65,7 @@ class ClusterStore:
         self._objects: dict[str, dict[ObjectKey, Any]] = {kind: {} for kind in KINDS}
         self._objects.update({t.label: self._workloads.tables[t.gvk] for t in TABLES})
         self._node_index = NodeIndex(self._objects["Node"])
+        self._imex_holds = ImexHolds()
         self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
         self._index = PodIndex()
         self._fabric_free: dict[str, int] = {}
@@ -256,6 +258,10 @@ class ClusterStore:
     def _catalog_changed(self, kind: str, key: ObjectKey, old: object, new: object) -> None:
         self._rederive(key[0])
 
+    def _claim_changed(self, kind: str, key: ObjectKey, old: ClaimSpec | None, new: ClaimSpec | None) -> None:
+        self._imex_holds.changed(old, new)
+        self._rederive(key[0])
+
     def _cd_changed(self, kind: str, key: ObjectKey, old: ComputeDomain | None, new: ComputeDomain | None) -> None:
         if old is not None:
             self._cds.pop(old.uid, None)
@@ -318,6 +324,8 @@ class ClusterStore:
             promised_gpus=dict(promised),
             attached_blocks=dict(slots_used),
             ended_groups=frozenset(index.ended),
+            channel_nodes=self._node_index.channel_nodes(),
+            imex_holds=self._imex_holds.view(),
         )
 
 
@@ -352,10 +360,11 @@ _KINDS: dict[str, _Kind] = {
     "ResourceSlice": _Kind(lambda policy, obj: slices.resource_slice(obj, policy.gpu_drivers),
                            lambda s: ("", s.name), ClusterStore._slice_changed, namespaced=False),
     "Pod": _Kind(lambda _, obj: parsing.pod(obj, "pod"), lambda p: p.key, ClusterStore._pod_changed),
-    "ResourceClaim": _Kind(lambda _, obj: parsing.claim_spec(obj, template=False, path="ResourceClaim"), _named,
-                           ClusterStore._catalog_changed),
-    "ResourceClaimTemplate": _Kind(lambda _, obj: parsing.claim_spec(obj, template=True, path="ResourceClaimTemplate"),
-                                   _named, ClusterStore._catalog_changed),
+    "ResourceClaim": _Kind(lambda _, obj: claim_parsing.claim_spec(obj, template=False, path="ResourceClaim"),
+                           _named, ClusterStore._claim_changed),
+    "ResourceClaimTemplate": _Kind(
+        lambda _, obj: claim_parsing.claim_spec(obj, template=True, path="ResourceClaimTemplate"),
+        _named, ClusterStore._catalog_changed),
     "ComputeDomain": _Kind(lambda _, obj: parsing.compute_domain(obj), _named, ClusterStore._cd_changed),
     "Job": _Kind(lambda _, obj: parsing.job(obj), _named, ClusterStore._catalog_changed),
     **{table.label: _workload(table) for table in TABLES},

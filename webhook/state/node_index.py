@@ -24,6 +24,7 @@ class NodeIndex:
         self._parsed = parsed  # the store's table of Nodes as parsed from the Node alone, by ("", name)
         self.nodes: dict[str, Node] = {}
         self._dra_gpus: dict[str, int] = defaultdict(int)
+        self._channels: dict[str, int] = defaultdict(int)  # IMEX channels the compute-domain plugin publishes
         self._view: NodeView | None = None
 
     def refresh(self, name: str) -> None:
@@ -39,11 +40,20 @@ class NodeIndex:
         touched = {s.node for s in (old, new) if s is not None and s.node}
         for s in (old, new):
             if s is not None and s.node:
-                self._dra_gpus[s.node] += s.gpus if s is new else -s.gpus
+                sign = 1 if s is new else -1
+                self._dra_gpus[s.node] += sign * s.gpus
+                self._channels[s.node] += sign * s.channels
         for node in touched:
             if self._dra_gpus[node] <= 0:
                 del self._dra_gpus[node]
+            if self._channels[node] <= 0:
+                del self._channels[node]
             self.refresh(node)
+
+    def channel_nodes(self) -> frozenset[str] | None:
+        """The nodes whose compute-domain plugin publishes an IMEX channel; None while it publishes none
+        anywhere (no DRA driver, or host-managed IMEX without slices): then channels are not checked."""
+        return frozenset(self._channels) if self._channels else None
 
     def view(self) -> NodeView:
         if self._view is None:
