@@ -112,6 +112,7 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         one_pod_per_node=group.one_pod_per_node,
         created_at=now,
         holder=holder,
+        spares=choice.spares,
     )
     return Context(resolution, need, choice.domain, proposal, proposal, choice.reason, pod_uid=pod.uid)
 

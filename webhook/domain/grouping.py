@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from webhook.domain import controller_groups, group_sources, keys
+from webhook.domain import controller_groups, group_sources, keys, spares
 from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import (
     Catalog,
@@ -155,9 +155,17 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
         # Only once every claim is known: a claim not cached yet may still make a ComputeDomain group.
         if not problems and not unresolved_claims(pod, catalog):
             found = _from_controllers(pod, catalog, policy)
+            if found is not None and found.group is not None:
+                count, problem = spares.requested(pod.annotations, None)
+                return replace(found, group=replace(found.group, spares=count),
+                               problems=found.problems + ((problem,) if problem else ()))
             if found is not None:
                 return found
         return GroupResolution(None, None, "unknown", tuple(problems), tuple(warnings))
+    count, problem = spares.requested(pod.annotations, cd)
+    if problem:
+        problems.append(problem)
+    group = replace(group, spares=count)
     size, source, size_problem = _size(pod, catalog, cd)
     if size_problem:
         problems.append(size_problem)

@@ -18,6 +18,9 @@ GROUP_ANNOTATION = f"{PREFIX}/group"
 # keeps other ComputeDomains out of it while it holds it (webhook.domain.exclusive).
 EXCLUSIVE_ANNOTATION = f"{PREFIX}/exclusive-domain"
 GROUP_SIZE_ANNOTATION = f"{PREFIX}/group-size"
+# "k" on a ComputeDomain (or its pods): the group's reservation holds k more nodes of its domain for
+# replacements of failed members (webhook.domain.spares).
+SPARE_NODES_ANNOTATION = f"{PREFIX}/spare-nodes"
 GROUP_LABEL = f"{PREFIX}/group"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
 GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at admission

@@ -131,6 +131,7 @@ class ComputeDomain:
     num_nodes: int
     template: str | None  # spec.channel.resourceClaimTemplate.name
     exclusive: bool = False  # imex-webhook.io/exclusive-domain: "true" (webhook.domain.exclusive)
+    spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.spares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ class Group:
     compute_domain: str | None  # ComputeDomain UID when the group uses one
     one_pod_per_node: bool  # the driver publishes one channel per node: one CD pod per node
     exclusive: bool = False  # wants an NVLink domain no other ComputeDomain uses (webhook.domain.exclusive)
+    spares: int = 0  # nodes of its domain its reservation holds for replacements (webhook.domain.spares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +268,7 @@ class Reservation:
     placed_at: float | None = None  # last time a member was bound
     holder: str = ""  # which replica created it
     version: str = ""  # resourceVersion, for guarded updates
+    spares: int = 0  # more members' worth of the domain held for the group's replacements (webhook.domain.spares)
 
     def expired(self, now: float, ttl: float) -> bool:
         """True when no member was placed within ``ttl`` seconds of creation or of the last placement."""

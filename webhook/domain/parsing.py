@@ -246,14 +246,15 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
     channel = _map(spec.get("channel"), f"{path}.spec.channel")
     rct = _map(channel.get("resourceClaimTemplate"), f"{path}.spec.channel.resourceClaimTemplate")
     num = _int(spec.get("numNodes"), f"{path}.spec.numNodes")
+    annotations = _annotations(meta.get("annotations"), f"{path}.metadata.annotations")
     return ComputeDomain(
         namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
         name=_str(meta.get("name"), f"{path}.metadata.name"),
         uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
         num_nodes=num,
         template=_str(rct.get("name"), f"{path}.spec.channel.resourceClaimTemplate.name") or None,
-        exclusive=_annotations(meta.get("annotations"), f"{path}.metadata.annotations").get(
-            keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true",
+        exclusive=annotations.get(keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true",
+        spare_nodes=annotations.get(keys.SPARE_NODES_ANNOTATION),
     )
 
 

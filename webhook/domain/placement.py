@@ -55,6 +55,7 @@ class Choice:
     remaining: int  # members still to place
     offers: tuple[Offer, ...] = ()
     resolvable_later: bool = False  # no domain now, but one could host the group once pods finish
+    spares: int = 0  # spare members' worth of the chosen domain held for the group (webhook.domain.spares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,8 @@ def holds(snapshot: Snapshot, others: Mapping[str, Reservation], exclude: str) -
             continue
         _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
         unplaced = res.size - placed
-        if unplaced > 0:
-            out.append(Hold(res.domain, unplaced, res.gpus_per_pod, res.one_pod_per_node))
+        if unplaced + res.spares > 0:  # its spare nodes are kept off like members still to place
+            out.append(Hold(res.domain, max(unplaced, 0) + res.spares, res.gpus_per_pod, res.one_pod_per_node))
     return out
 
 
@@ -266,9 +267,16 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
     excluded: dict[str, str] = {}
     if policy is not None and not placed_domains:
         excluded = {d: why for d in candidates if d and (why := exclusive.conflict(d, group, snapshot, others, policy))}
-    offers = tuple(offer(d, group, need, remaining, snapshot, held, allowed) for d in candidates
+    spares, spares_note = group.spares, ""
+    offers = tuple(offer(d, group, need, remaining + spares, snapshot, held, allowed) for d in candidates
                    if d and d not in excluded)
-    fitting = [o for o in offers if o.pods >= remaining]
+    fitting = [o for o in offers if o.pods >= remaining + spares]
+    if not fitting and spares:
+        # The group runs without spares rather than waits for them.
+        offers = tuple(offer(d, group, need, remaining, snapshot, held, allowed) for d in candidates
+                       if d and d not in excluded)
+        fitting = [o for o in offers if o.pods >= remaining]
+        spares, spares_note = 0, f"; no domain has room for its {group.spares} spare nodes as well, none are held"
     degraded_note = ""
     if fitting and health != "allow" and not placed_domains:
         fitting, degraded_note, refused = _by_health(fitting, snapshot, health)
@@ -278,8 +286,9 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
     if fitting:
         best = min(fitting, key=lambda o: (o.spare_gpus, o.spare_nodes, o.attaches, o.domain))
         why = (f"best fit for {what}: {best.spare_gpus} GPUs and {best.spare_nodes} nodes left over"
-               + (f", {best.attaches} fabric GPUs to attach" if best.attaches else "") + degraded_note)
-        return Choice(best.domain, why, remaining, offers)
+               + (f", {best.attaches} fabric GPUs to attach" if best.attaches else "")
+               + (f", {spares} spare nodes held" if spares else "") + degraded_note + spares_note)
+        return Choice(best.domain, why, remaining, offers, spares=spares)
     if not offers and excluded:
         first = sorted(excluded)[0]
         return Choice(None, f"no domain can host {what}: every domain is ruled out by exclusive ComputeDomains "

@@ -189,6 +189,6 @@ class DomainArbiter:
         others.update(promises)  # the domain's ledger as the store just read it wins over our cache
         others.pop(res.group_id, None)
         _, placed, _ = members_summary(snapshot.members.get(res.group_id, ()))
-        remaining = max(res.size - placed, 1)
+        remaining = max(res.size - placed, 1) + res.spares  # the spares it holds must still fit too
         return placement.still_fits(res.domain, self.group, self.need, remaining, snapshot, others, self.allowed,
                                     choices.policy)

@@ -30,6 +30,7 @@ from webhook.engine.occurrences import (
     FABRIC_ATTACH_STARTED,
     FABRIC_ATTACHED,
     NO_DOMAIN_FITS,
+    REPLACEMENT_WAITING,
     RESERVATION_EXPIRED,
     RESERVATION_RELEASED,
     Occurrence,
@@ -97,6 +98,13 @@ class Reporter:
             self._emit(NO_DOMAIN_FITS, ctx.reason, pod, self._domain_of(pod, catalog, ctx.group))
         except Exception:
             log.exception("could not report that no domain fits pod %s", pod.ref)
+
+    def replacement_waiting(self, pod: Pod, group: Group, note: str, catalog: Catalog) -> None:
+        """A replacement of a running group's member waits in the group's domain (``repair.waiting``)."""
+        try:
+            self._emit(REPLACEMENT_WAITING, note, pod, self._domain_of(pod, catalog, group))
+        except Exception:
+            log.exception("could not report that pod %s waits in its group's domain", pod.ref)
 
     def released(self, res: Reservation, why: str, snapshot: Snapshot, now: float) -> None:
         """Housekeeping released ``res``: expired with no member placed, or its group ended."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from webhook.domain import filtering, scoring
+from webhook.domain import filtering, repair, scoring
 from webhook.domain.model import Node, Pod
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
@@ -43,10 +43,14 @@ def filter_pod(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeV
     ctx = result.context
     if ctx is not None:
         group = ctx.group
+        repairing = None
         if group is not None and not result.passed:
             core.refusals.refused(group.id, tuple(candidates), inputs)
             core.changes.set()
-        if result.outcome == "no-domain":
+            repairing = _repair_note(core, pod, ctx)
+        if repairing is not None and group is not None:
+            core.report.replacement_waiting(pod, group, repairing, core.store.snapshot().catalog)
+        elif result.outcome == "no-domain":
             core.report.no_domain(pod, ctx, core.store.snapshot().catalog)
         decision_log(
             "filter", pod.ref, group=group.id if group else None, domain=ctx.domain,
@@ -54,6 +58,19 @@ def filter_pod(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeV
             unresolvable=len(result.unresolvable), reason=ctx.reason,
         )
     return result
+
+
+def _repair_note(core: Core, pod: Pod, ctx: filtering.Context) -> str | None:
+    """Why a replacement of a running group's member waits in the group's domain, if that is the case."""
+    group = ctx.group
+    if group is None or ctx.resolution.problems:
+        return None
+    now = core.clock()
+    snapshot = core.snapshot()
+    others = filtering.live_reservations(snapshot, core.choices.lazy(now), core.policy, now)
+    known = {m.pod.uid for m in snapshot.members.get(group.id, ())}
+    return repair.waiting(group, ctx.resolution.size, ctx.demand, snapshot, others,
+                          pending_self=not pod.uid or pod.uid not in known)
 
 
 def _choose(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView,

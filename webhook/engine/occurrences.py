@@ -32,8 +32,11 @@ FABRIC_ATTACH_FAILED = Reason("FabricAttachFailed", WARNING, "AttachFabricGPUs")
 DOMAIN_DEGRADED = Reason("DomainDegraded", WARNING, "WatchDomainHealth")
 DOMAIN_UNHEALTHY = Reason("DomainUnhealthy", WARNING, "WatchDomainHealth")
 DOMAIN_RECOVERED = Reason("DomainRecovered", NORMAL, "WatchDomainHealth")
+# A replacement of a running group's member waits in the group's domain (webhook.domain.repair).
+REPLACEMENT_WAITING = Reason("ReplacementWaiting", WARNING, "RepairInDomain")
 REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
-           FABRIC_ATTACHED, FABRIC_ATTACH_FAILED, DOMAIN_DEGRADED, DOMAIN_UNHEALTHY, DOMAIN_RECOVERED)
+           FABRIC_ATTACHED, FABRIC_ATTACH_FAILED, DOMAIN_DEGRADED, DOMAIN_UNHEALTHY, DOMAIN_RECOVERED,
+           REPLACEMENT_WAITING)
 
 # Why an occurrence never became an Event (label values of imex_webhook_events_dropped_total).
 DROP_REASONS = ("queue-full", "rate-limited", "rejected", "unavailable")

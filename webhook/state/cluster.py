@@ -11,8 +11,8 @@ One object that cannot be parsed or derived never stops the others: whatever it 
 or a ``RecursionError``, ``OverflowError``, ``TypeError``... from a field no one foresaw) skips that object
 alone (``webhook.state.rejects``).
 
-Every kind is one row of ``_KINDS`` (how it parses, how it is keyed, what to derive again when one changes);
-the rows of the group sources' objects come from their tables (``webhook.domain.group_sources``).
+Every kind is one row of ``webhook.state.kinds.ROWS``: how it parses, how it is keyed, what to derive again
+when one changes.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, TypeVar
 
-from webhook.domain import claim_parsing, parsing, slices
 from webhook.domain.group_sources import TABLES, Table
 from webhook.domain.model import Catalog, ClaimSpec, ComputeDomain, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.slices import SliceGpus
 from webhook.errors import WireError
-from webhook.state import workload_tables
+from webhook.state import kinds, workload_tables
 from webhook.state.imex_holds import ImexHolds
 from webhook.state.node_index import NodeIndex
 from webhook.state.pod_index import PodIndex, derive
@@ -103,7 +102,7 @@ class ClusterStore:
         objects = list(objects)
         with self._lock:
             present = {_key(o) for o in objects}
-            kept = {_row(kind).table_key(k) for k in present}
+            kept = {kinds.row(kind).table_key(k) for k in present}
             self._deferred = set()
             try:
                 for key in [k for k in self._objects[kind] if k not in kept]:
@@ -122,7 +121,7 @@ class ClusterStore:
         with self._lock:
             if event == "DELETED":
                 if kind in self._objects:
-                    self._put(kind, _row(kind).table_key(_key(obj)), None)
+                    self._put(kind, kinds.row(kind).table_key(_key(obj)), None)
                 self._rejects.clear(kind, _key(obj))
             else:
                 self._upsert(kind, obj)
@@ -219,7 +218,7 @@ class ClusterStore:
         try:
             if not isinstance(obj, Mapping):
                 raise WireError(kind, f"expected an object, got {type(obj).__name__}")
-            row = _row(kind)
+            row = kinds.row(kind)
             parsed = row.parse(self.policy, obj)
             if parsed is None:  # not one of ours after all (another API group's kind of the same name)
                 self._put(kind, row.table_key(_key(obj)), None)
@@ -239,7 +238,11 @@ class ClusterStore:
         if old is None and new is None:
             return
         try:
-            _row(kind).changed(self, kind, key, old, new)
+            row = kinds.row(kind)
+            if row.table is not None:
+                self._workload_changed(row.table, key, old, new)
+            else:
+                getattr(self, row.changed)(kind, key, old, new)
         except Exception:
             table.pop(key, None)  # an object whose derived facts cannot be kept is not kept either
             raise
@@ -327,52 +330,3 @@ class ClusterStore:
             channel_nodes=self._node_index.channel_nodes(),
             imex_holds=self._imex_holds.view(),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Kind:
-    """How the store holds one kind: parsed how, keyed how, and what depends on it."""
-
-    parse: Callable[[Policy, Mapping[str, Any]], Any]  # raises on a malformed object; None: not one of ours
-    key: Callable[[Any], ObjectKey]  # of the parsed object
-    changed: Callable[[ClusterStore, str, ObjectKey, Any, Any], None]  # old -> new: derive again
-    namespaced: bool = True
-
-    def table_key(self, key: ObjectKey) -> ObjectKey:
-        """An API object's key as the parsers name it: a file's object without a namespace is in "default"."""
-        return (key[0] or "default", key[1]) if self.namespaced else key
-
-
-def _named(obj: Any) -> ObjectKey:
-    return (obj.namespace, obj.name)
-
-
-def _workload(table: Table) -> _Kind:
-    def changed(store: ClusterStore, kind: str, key: ObjectKey, old: object, new: object) -> None:
-        store._workload_changed(table, key, old, new)
-
-    return _Kind(lambda _, obj: table.parse(obj, table.label), _named, changed)
-
-
-_KINDS: dict[str, _Kind] = {
-    "Node": _Kind(lambda policy, obj: parsing.node(obj, policy.domain_labels), lambda n: ("", n.name),
-                  ClusterStore._node_changed, namespaced=False),
-    "ResourceSlice": _Kind(lambda policy, obj: slices.resource_slice(obj, policy.gpu_drivers),
-                           lambda s: ("", s.name), ClusterStore._slice_changed, namespaced=False),
-    "Pod": _Kind(lambda _, obj: parsing.pod(obj, "pod"), lambda p: p.key, ClusterStore._pod_changed),
-    "ResourceClaim": _Kind(lambda _, obj: claim_parsing.claim_spec(obj, template=False, path="ResourceClaim"),
-                           _named, ClusterStore._claim_changed),
-    "ResourceClaimTemplate": _Kind(
-        lambda _, obj: claim_parsing.claim_spec(obj, template=True, path="ResourceClaimTemplate"),
-        _named, ClusterStore._catalog_changed),
-    "ComputeDomain": _Kind(lambda _, obj: parsing.compute_domain(obj), _named, ClusterStore._cd_changed),
-    "Job": _Kind(lambda _, obj: parsing.job(obj), _named, ClusterStore._catalog_changed),
-    **{table.label: _workload(table) for table in TABLES},
-}
-
-
-def _row(kind: str) -> _Kind:
-    row = _KINDS.get(kind)
-    if row is None:
-        raise ValueError(f"unknown kind {kind}")
-    return row

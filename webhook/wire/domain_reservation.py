@@ -27,6 +27,10 @@ from webhook.wire.fields import map_, str_at
 from webhook.wire.text import shown
 from webhook.wire.timestamps import parse_rfc3339, rfc3339
 
+# Spare nodes a reservation may hold (webhook.domain.spares), as the CRD's schema bounds spec.spareNodes:
+# enough for a few failed trays of any rack, too few for one group to hold a whole cluster.
+MAX_SPARE_NODES = 64
+
 GROUP = PREFIX
 VERSION = "v1alpha1"
 KIND = "DomainReservation"
@@ -47,6 +51,7 @@ class Promise(TypedDict):
     holder: str
     createdAt: str
     placedAt: NotRequired[str]
+    spareNodes: NotRequired[int]
 
 
 class DomainReservationSpec(TypedDict, total=False):
@@ -59,6 +64,7 @@ class DomainReservationSpec(TypedDict, total=False):
     size: int
     gpusPerPod: int
     onePodPerNode: bool
+    spareNodes: int
     holder: str
     createdAt: str
     placedAt: str
@@ -95,6 +101,8 @@ class ReservationFields(Protocol):
     def placed_at(self) -> float | None: ...
     @property
     def holder(self) -> str: ...
+    @property
+    def spares(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +131,8 @@ def _spec(res: ReservationFields, holder: str) -> DomainReservationSpec:
     }
     if res.placed_at is not None:
         spec["placedAt"] = rfc3339(res.placed_at, "us")
+    if res.spares:
+        spec["spareNodes"] = res.spares
     return spec
 
 
@@ -177,7 +187,16 @@ def _record(spec: Mapping[str, Any], meta: Mapping[str, Any], path: str, make: C
         namespace=str_at(spec, "namespace", path), domain=_required(spec, "domain", path, str),
         size=_required(spec, "size", path, int), gpus_per_pod=_required(spec, "gpusPerPod", path, int),
         one_pod_per_node=one_pod, created_at=created or 0.0, placed_at=_time(spec, "placedAt", path),
-        holder=str_at(spec, "holder", path), version=str_at(meta, "resourceVersion", "metadata"))
+        holder=str_at(spec, "holder", path), version=str_at(meta, "resourceVersion", "metadata"),
+        spares=_spares(spec, path))
+
+
+def _spares(spec: Mapping[str, Any], path: str) -> int:
+    value = spec.get("spareNodes", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SPARE_NODES:
+        raise WireError(f"{path}.spareNodes",
+                        f"expected a whole number from 0 to {MAX_SPARE_NODES}, got {shown(value)}")
+    return value
 
 
 def _parts(obj: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
