@@ -31,7 +31,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import serving
 from tests.deploy import promql, upstream
 from tests.kubefake import KubeFake
+from webhook.demo import cluster as demo_cluster
 from webhook.demo import run as demo
+from webhook.domain import keys
 from webhook.service import deploy, settings
 
 MONITORING = upstream.MANIFESTS / "components" / "monitoring"
@@ -115,6 +117,18 @@ def test_the_full_rack_alert_wants_room_for_a_64_gpu_job_where_a_domain_could_ho
     room, size, duration = _full_rack(alert(FULL_RACK))
     assert (room, size, duration) == (("<", 16), (">=", 64), "2h")
     assert room[1] * 4 == size[1]  # 16 pods of 4 GPUs
+
+
+def test_the_domain_health_alert_warns_of_a_degraded_or_unhealthy_domain_by_name_after_10_minutes() -> None:
+    rule = alert("ImexWebhookDomainDegraded")
+    (selector,) = promql.selectors(rule["expr"])
+    assert promql.metric_name(selector) == "imex_webhook_domain_health"
+    (health,) = [m for m in selector.matchers.matchers if m.name == "health"]
+    assert re.fullmatch(health.value, "degraded") and re.fullmatch(health.value, "unhealthy")
+    assert not re.fullmatch(health.value, "healthy")
+    assert promql.threshold(rule["expr"]) == ("==", 1)
+    assert (rule["for"], rule["labels"]["severity"]) == ("10m", "warning")
+    assert "domain" in promql.template_labels({"summary": rule["annotations"]["summary"]})
 
 
 # -- Alerts and their runbook ----------------------------------------------------------------------------
@@ -282,6 +296,15 @@ def test_the_demo_run_shows_in_the_alerting_metrics(scrapes: dict[str, str]) -> 
     assert values[("imex_webhook_groups_waiting", (("reason", "no-domain-ever"),))] == 1
     assert values[("imex_webhook_fabric_attachments", (("phase", "Ready"),))] == 2  # the fabric job's two pods
     assert values[("imex_webhook_fabric_attach_duration_seconds_count", (("outcome", "ready"),))] == 2
+    # The racks with a tray whose fabric is degraded (rack B) are degraded, ImexWebhookDomainDegraded's
+    # condition; every other domain is healthy; each domain has exactly one health at 1.
+    health = {labels: v for (name, labels), v in values.items() if name == "imex_webhook_domain_health"}
+    current = {dict(labels)["domain"]: dict(labels)["health"] for labels, v in health.items() if v == 1}
+    assert len(health) == 3 * len(current) and sum(health.values()) == len(current) == 4
+    labels = [n["metadata"]["labels"] for n in demo_cluster.nodes()]
+    degraded = {n[keys.CLIQUE_LABEL] for n in labels if n.get(keys.HEALTH_LABEL) == "degraded"}
+    assert {d for d, h in current.items() if h != "healthy"} == degraded
+    assert {current[d] for d in degraded} <= {"degraded"}
     # After the demo's jobs no rack has 16 trays free: the full-rack alert's condition holds.
     room, _, _ = _full_rack(alert(FULL_RACK))
     assert values[("imex_webhook_largest_group_fits", (("gpus_per_pod", "4"),))] == 12 < room[1]
@@ -317,10 +340,21 @@ def test_the_dashboard_covers_what_an_operator_asks_first() -> None:
     queried = " ".join(t["expr"] for p in panels() for t in p["targets"])
     for metric in ("imex_webhook_domain_gpus", "imex_webhook_groups_waiting", "imex_webhook_request_duration_seconds",
                    "imex_webhook_fabric_attach_duration_seconds", "imex_webhook_cache_progress_age_seconds",
-                   "imex_webhook_domain_fit_pods", "imex_webhook_largest_group_fits"):
+                   "imex_webhook_domain_fit_pods", "imex_webhook_largest_group_fits", "imex_webhook_domain_health",
+                   "imex_webhook_spare_nodes"):
         assert metric in queried, metric
     latency = [t["expr"] for p in panels() for t in p["targets"] if "request_duration_seconds_bucket" in t["expr"]]
     assert latency and all("verb" in promql.grouping_labels(e) for e in latency)
+
+
+def test_the_domain_health_panel_lists_each_domains_current_health_beside_the_spare_nodes_held() -> None:
+    (panel,) = [p for p in panels() if p["title"] == "Domain health"]
+    (target,) = panel["targets"]
+    assert panel["type"] == "table" and target["instant"] and target["format"] == "table"
+    assert promql.grouping_labels(target["expr"]) == {"domain", "health"}
+    assert promql.threshold(target["expr"]) == ("==", 1)  # the enum's current value only
+    (spares,) = [p for p in panels() if any("imex_webhook_spare_nodes" in t["expr"] for t in p["targets"])]
+    assert spares["gridPos"]["y"] == panel["gridPos"]["y"]  # side by side, in the Domains row
 
 
 def test_the_largest_group_panel_draws_the_full_rack_alerts_line() -> None:

@@ -36,8 +36,10 @@ from certs import issue
 
 MODULE = Path(__file__).resolve().parent / "kubebin"
 RELEASE = "v1.37.2"
-# The Workload / PodGroup gang-scheduling API of this release (beta, off by default).
-FEATURE_GATES = "GenericWorkload=true"
+# The Workload / PodGroup gang-scheduling API of this release (beta, off by default), and topology-aware
+# workload scheduling (KEP-5732: PodGroup spec.schedulingConstraints, kube-scheduler's placements; alpha in
+# this release, off by default): the API server drops the field without it, the scheduler ignores it.
+FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 
 

@@ -182,3 +182,13 @@ def pod(namespace: str, name: str, *, gpus: int = 0, claims: list[dict[str, str]
                                     "blockOwnerDeletion": True}]
         meta["labels"]["job-name"] = owner["metadata"]["name"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def pod_group(namespace: str, name: str, min_count: int, topology_key: str | None = None) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 gang PodGroup, with KEP-5732's topology constraint on ``topology_key``
+    (``spec.schedulingConstraints.topology[].key``: the API allows one)."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if topology_key:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}

@@ -2,12 +2,14 @@
 loads ``/ui`` from ``serve`` over TLS on the demo cluster with the simulated fabric, and the page shows
 every domain and group ``/inspect`` knows, follows the demo scenario's binds within a refresh, draws the
 fabric pool's attached GPUs and free blocks, says why the group that fits nowhere waits, shows a hostile
-group name as text, and logs no console error (a failed load or a refused inline script would be one).
+group name as text, badges a degraded or unhealthy domain (never a healthy one) and the spare nodes held in
+a domain, and logs no console error (a failed load or a refused inline script would be one).
 Saves a screenshot (to $IMEX_UI_SCREENSHOT too when set: docs/cluster-map.png is made that way)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import time
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests import serving
+from tests import builders, serving
 from tests.ui import browser
 from webhook.demo import cluster as demo_cluster
 from webhook.demo import run as demo
@@ -195,3 +197,47 @@ def test_the_map_says_so_when_the_service_goes_away_and_keeps_the_last_picture(t
                    for m in browser.console_errors(driver))
     with pytest.raises(requests.ConnectionError):
         requests.get(served.url + "/ui", verify=str(served.ca), timeout=5)
+
+
+def _node(name: str, domain: str, fabric: str = "") -> dict[str, Any]:
+    node = builders.node(name, 4, domain)
+    if fabric:
+        node["metadata"]["labels"][keys.HEALTH_LABEL] = fabric
+    return node
+
+
+def _badges(driver: Any) -> dict[str, dict[str, Any]]:
+    """Each domain card's health badge (text and tooltip, None without one) and spare-node badge."""
+    result: dict[str, dict[str, Any]] = driver.execute_script("""
+        return Object.fromEntries([...document.querySelectorAll('[data-domain]')].map(d => {
+          const health = d.querySelector('.health'), spare = d.querySelector('.spare');
+          return [d.dataset.domain, {health: health ? health.textContent : null, why: health ? health.title : null,
+                                     spare: spare ? spare.textContent : null}];
+        }));
+    """)
+    return result
+
+
+def test_a_degraded_domain_shows_its_badge_with_the_nodes_behind_it_and_a_healthy_one_none(tmp_path: Path) -> None:
+    nodes = [_node("ok-00", "dom-ok"), _node("ok-01", "dom-ok"), _node("ok-02", "dom-ok"),
+             _node("bad-00", "dom-bad"), _node("bad-01", "dom-bad", fabric="degraded"),
+             _node("down-00", "dom-down", fabric="unhealthy")]
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    with serving.serve(tmp_path / "serve", "--cluster", str(cluster), ready_timeout=60) as served, \
+            browser.chromium(tmp_path / "profile", tmp_path / "serve" / "tls" / "tls.crt") as driver:
+        # A group of 2 asking for 1 spare node: the healthy domain is chosen (--fabric-health-policy avoid).
+        spare = {keys.GROUP_ANNOTATION: "spared", keys.GROUP_SIZE_ANNOTATION: "2", keys.SPARE_NODES_ANNOTATION: "1"}
+        pod = builders.pod("spared-0", None, 4, annotations=spare)
+        names = [n["metadata"]["name"] for n in nodes]
+        assert served.post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": names}).status_code == 200
+        domains = {d["domain"]: d for d in served.get("/inspect").json()["domains"]}
+        assert (domains["dom-ok"]["spareNodes"], domains["dom-bad"]["health"]) == (1, "degraded")
+
+        driver.get(served.url + "/ui?refresh=1")
+        shown = _wait("draw the domains' badges", lambda: (b := _badges(driver)) and len(b) == 3 and b)
+        assert shown["dom-ok"] == {"health": None, "why": None, "spare": "1 spare"}
+        assert shown["dom-bad"]["health"] == "degraded" and shown["dom-bad"]["spare"] is None
+        assert "bad-01" in shown["dom-bad"]["why"] and "bad-00" not in shown["dom-bad"]["why"]
+        assert shown["dom-down"]["health"] == "unhealthy" and "down-00" in shown["dom-down"]["why"]
+        assert browser.console_errors(driver) == []

@@ -1,7 +1,7 @@
 """What ``/inspect`` adds for the cluster map and ``explain`` (webhook/domain/inspection_detail.py): each
-domain's kind and nodes with their GPUs by group and the pods a new group could get there now (the figure
-/metrics exports), and each group's state with the reason it waits, the scheduler's own reason when no
-domain can take it."""
+domain's kind and nodes with their GPUs by group, the pods a new group could get there now (the figure
+/metrics exports), its health with the nodes behind it and the spare nodes reservations hold there; and
+each group's state with the reason it waits, the scheduler's own reason when no domain can take it."""
 
 from __future__ import annotations
 
@@ -195,3 +195,24 @@ def test_a_reservation_past_its_ttl_leaves_its_domain_free_for_a_new_group_only_
     snap: Snapshot = replace(b.snapshot(b.rack("a", RACK, 2)), reservations={old.group_id: old})
     assert inspection.summarize(snap, {}, Policy(), NOW)["domains"][0]["fitPods"] == {"1": 8, "2": 4, "4": 2}
     assert inspection.summarize(snap, {})["domains"][0]["fitPods"] == {"1": 0, "2": 0, "4": 0}
+
+
+def test_each_domain_shows_its_health_with_the_nodes_behind_it_and_the_spare_nodes_held_there() -> None:
+    degraded, down = b.node("a-01", 4, RACK), b.node("a-02", 4, RACK)
+    degraded["metadata"]["labels"][keys.HEALTH_LABEL] = "degraded"
+    down["metadata"]["labels"][keys.HEALTH_LABEL] = "unhealthy"
+    objects = [b.node("a-00", 4, RACK), degraded, down, *b.rack("b", RACK_2, 4),
+               *b.cd_objects("two", 2), *_cd_pods("two", 2, ["b-00"])]
+    held = replace(_res("two", RACK_2, 2), spares=2)
+    body = _summary(objects, stored=(held,))
+    shown = {d["domain"]: (d["health"], d["degradedNodes"], d["unhealthyNodes"], d["spareNodes"])
+             for d in body["domains"]}
+    assert shown == {RACK: ("degraded", ["a-01", "a-02"], ["a-02"], 0), RACK_2: ("healthy", [], [], 2)}
+    assert [(r["group"], r["spares"]) for r in body["reservations"]] == [(held.group_id, 2)]
+
+
+def test_spare_nodes_count_only_while_the_reservation_holding_them_is_live() -> None:
+    old = replace(_res("two", RACK, 2, created=0.0), spares=3)  # long expired at NOW
+    snap: Snapshot = replace(b.snapshot(b.rack("a", RACK, 4)), reservations={old.group_id: old})
+    assert inspection.summarize(snap, {}, Policy(), NOW)["domains"][0]["spareNodes"] == 0
+    assert inspection.summarize(snap, {})["domains"][0]["spareNodes"] == 3

@@ -6,7 +6,9 @@ Shaped like a small GB200 installation, with the traps real clusters have:
 - HGX nodes with GPUs but no clique label (NVSwitch inside the node only, no multi-node NVLink);
 - a PCIe composable pool (``imex-webhook.io/fabric-zone``) whose nodes take GPUs attached from the fabric;
 - ComputeDomains with the ResourceClaimTemplates the NVIDIA DRA driver creates for them, one of them
-  already running on two trays of rack A (its node label says so), and a few busy GPUs in rack B.
+  already running on two trays of rack A (its node label says so), and a few busy GPUs in rack B;
+- one tray of rack B whose node agent reports degraded NVLink fabric (``imex-webhook.io/fabric-health``), so
+  rack B is a second choice for a new group while a healthy domain fits.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ COMPUTE_DOMAINS = (("train-8", 8), ("train-16", 16), ("train-20", 20), ("train-4
 RUNNING_CD = "inference-2"
 RUNNING_CD_NODES = ("gb200-a-00", "gb200-a-01")
 BUSY_NODES = ("gb200-b-16", "gb200-b-17")
+DEGRADED_NODES = ("gb200-b-05",)
 
 
 def uid(*parts: str) -> str:
@@ -69,6 +72,8 @@ def nodes() -> list[dict[str, Any]]:
             labels = {keys.CLIQUE_LABEL: clique_value(rack), "nvidia.com/gpu.product": "NVIDIA-GB200"}
             if rack == "gb200-a" and name in RUNNING_CD_NODES:
                 labels[keys.COMPUTE_DOMAIN_LABEL] = uid("cd", NAMESPACE, RUNNING_CD)
+            if name in DEGRADED_NODES:
+                labels[keys.HEALTH_LABEL] = "degraded"
             out.append(_node(name, GPUS_PER_TRAY, labels))
     for i in range(HGX_NODES):
         out.append(_node(f"hgx-{i:02d}", 8, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}))

@@ -3,8 +3,8 @@ kube-scheduler sees it.
 
 Written against the built-in demo cluster (webhook/demo/cluster.py) and the built-in fabric inventory:
 three cliques sharing clique number 32766 (A: 18 trays, two held by a running ComputeDomain; B: 18
-trays, two busy; C: 9 trays), four HGX nodes without a clique, and a PCIe pool of four nodes with one
-local GPU and four fabric slots each.
+trays, two busy, one with degraded NVLink fabric; C: 9 trays), four HGX nodes without a clique, and a PCIe
+pool of four nodes with one local GPU and four fabric slots each.
 
 What the scheduler sees beyond ``demo.objects()``, as a cluster with the NVIDIA DRA driver and the
 service would show it: every node of a domain carries ``imex-webhook.io/domain``, the label the
@@ -46,9 +46,10 @@ JOBS: tuple[Job, ...] = (
     Job("train-8", 8, 4, "train-8", expect_domain=demo.clique_value("gb200-c"),
         what="8 trays: best fit is the 9-tray clique C, keeping the big racks whole"),
     Job("train-16", 16, 4, "train-16", expect_domain=demo.clique_value("gb200-a"),
-        what="16 trays: rack A has exactly 16 free (2 trays held by another ComputeDomain)"),
+        what="16 trays: racks A and B have 16 free each; B's fabric is degraded, so A (2 trays held by "
+             "another ComputeDomain)"),
     Job("train-4", 4, 4, "train-4", expect_domain=demo.clique_value("gb200-b"),
-        what="4 trays: only rack B still has room"),
+        what="4 trays: only rack B still has room, so its degraded fabric is accepted (no healthy domain fits)"),
     Job("fabric-3x2", 2, 3, None, annotation_group="fabric-3x2", expect_domain=demo.FABRIC_ZONE,
         expect_attached=4, extra_annotations={keys.GROUP_SIZE_ANNOTATION: "2"},
         what="2 pods x 3 GPUs in the PCIe pool: 1 local GPU each, 2 attached from the fabric"),

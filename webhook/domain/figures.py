@@ -1,6 +1,6 @@
-"""The figures an operator reads about each domain and each waiting group, and the room one new group has in
-each domain, computed once here for every view that shows them (``/metrics``, ``/inspect``, the cluster map,
-``imex-webhook explain``)."""
+"""The figures an operator reads about each domain (GPUs, health, spare nodes held) and each waiting group,
+and the room one new group has in each domain, computed once here for every view that shows them
+(``/metrics``, ``/inspect``, the cluster map, ``imex-webhook explain``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from webhook.domain import filtering, placement
 from webhook.domain.capacity import attachable, free_local
-from webhook.domain.health import domain_health
+from webhook.domain.health import DomainHealth, domain_health
 from webhook.domain.model import Demand, Group, GroupKind, Node, Reservation, Snapshot
 from webhook.domain.placement import members_summary
 from webhook.domain.policy import Policy
@@ -31,7 +31,8 @@ class DomainGpus:
     total: int
     free: int  # local GPUs not held by pods or attaches
     attachable: int  # fabric GPUs the domain's nodes could take now (bounded by each zone's free blocks)
-    reserved: int = 0  # promised to members still to be placed of live reservations in the domain
+    # promised by live reservations in the domain: to members still to be placed, and to spare nodes
+    reserved: int = 0
 
     @property
     def used(self) -> int:
@@ -53,16 +54,35 @@ def gpus_of(nodes: Sequence[Node], snapshot: Snapshot) -> DomainGpus:
 
 def domain_gpus(snapshot: Snapshot, promised: Mapping[str, Reservation], policy: Policy,
                 now: float) -> dict[str, DomainGpus]:
-    """Every domain's GPUs, with what live reservations hold for their members still to be placed."""
+    """Every domain's GPUs, with what live reservations hold for their members still to be placed and for
+    their spare nodes (held while the group runs, until its reservation is released: ``placement.holds``
+    keeps other groups off both alike)."""
     reserved: dict[str, int] = {}
     for group_id, res in filtering.live_reservations(snapshot, promised, policy, now).items():
         _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
-        reserved[res.domain] = reserved.get(res.domain, 0) + max(res.size - placed, 0) * res.gpus_per_pod
+        held = max(res.size - placed, 0) + res.spares
+        reserved[res.domain] = reserved.get(res.domain, 0) + held * res.gpus_per_pod
     out = {}
     for domain, names in snapshot.domains.items():
         figures = gpus_of([snapshot.nodes[n] for n in names if n in snapshot.nodes], snapshot)
         out[domain] = DomainGpus(figures.total, figures.free, figures.attachable, reserved.get(domain, 0))
     return out
+
+
+def spare_nodes(snapshot: Snapshot, live: Mapping[str, Reservation]) -> dict[str, int]:
+    """Every domain's spare nodes: those the reservations in ``live`` (the live ones, as the caller judged
+    them) hold there for their groups' replacements; 0 where none."""
+    out = dict.fromkeys(snapshot.domains, 0)
+    for res in live.values():
+        if res.domain in out:
+            out[res.domain] += res.spares
+    return out
+
+
+def domain_healths(snapshot: Snapshot) -> dict[str, DomainHealth]:
+    """Every domain's health, as placement weighs it (``health.domain_health``)."""
+    return {domain: domain_health(snapshot.nodes[n] for n in names if n in snapshot.nodes)
+            for domain, names in snapshot.domains.items()}
 
 
 def waiting_reasons(snapshot: Snapshot, promised: Mapping[str, Reservation], policy: Policy,

@@ -25,6 +25,7 @@ def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
         "createdAt": res.created_at,
         "placedAt": res.placed_at,
         "holder": res.holder,
+        "spares": res.spares,
         "state": "reserved" if stored else "proposed",
     }
 
@@ -38,10 +39,11 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
         {**proposals, **snapshot.reservations}
     by_node, budget = detail.gpus_by_node(snapshot), [detail.MAX_REASONED]
     fits = figures.fits_beside(snapshot, others, policy)
+    healths, spares = figures.domain_healths(snapshot), figures.spare_nodes(snapshot, others)
     domains = []
     for name, node_names in sorted(snapshot.domains.items()):
         nodes = [snapshot.nodes[n] for n in node_names if n in snapshot.nodes]
-        gpus = figures.gpus_of(nodes, snapshot)
+        gpus, health = figures.gpus_of(nodes, snapshot), healths[name]
         domains.append({
             "domain": name,
             "label": nodes[0].domain_key if nodes else None,
@@ -53,6 +55,10 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
             "idleNodes": sum(1 for n in nodes if n.gpus and free_local(n, snapshot) == n.gpus),
             "heldByComputeDomain": sorted({n.name for n in nodes if n.compute_domain}),
             "fitPods": {str(gpus): pods for gpus, pods in fits[name].items()},  # pods per GPUs one new group gets
+            "health": health.health,  # healthy | degraded | unhealthy, as placement weighs it
+            "degradedNodes": list(health.degraded),
+            "unhealthyNodes": list(health.unhealthy),
+            "spareNodes": spares[name],  # held by live reservations for their groups' replacements
             "kind": detail.domain_kind(nodes[0].domain_key if nodes else None, nodes),
             "nodeDetails": [detail.node_detail(n, snapshot, by_node.get(n.name, {})) for n in nodes],
         })

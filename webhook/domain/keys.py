@@ -90,3 +90,7 @@ TRAINING_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 # Kueue (sigs.k8s.io/kueue v0.17) pod groups of plain pods: written by the user, both on every pod.
 KUEUE_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+
+# Written by us at admission on a pod whose PodGroup (scheduling.k8s.io, KEP-5732) already keeps the group
+# within one value of a domain label: says which PodGroup and label, and that our pod affinity is left out.
+UPSTREAM_TOPOLOGY_ANNOTATION = f"{PREFIX}/upstream-topology"

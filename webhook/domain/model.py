@@ -181,6 +181,9 @@ class GangGroup:
     gang: bool  # the gang policy; the basic policy schedules the pods one by one
     min_count: int | None  # the gang's minCount
     problem: str | None = None  # why min_count cannot be used
+    # spec.schedulingConstraints.topology[].key (KEP-5732), in order: node labels kube-scheduler keeps the
+    # whole group within one value of (it applies the first). Empty: no topology constraint.
+    topology_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

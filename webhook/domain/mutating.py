@@ -16,7 +16,11 @@ affinity another webhook edited gets back only the missing pieces:
    (``Policy.affinity_topology_key``, for every group kind), so the scheduler itself keeps members
    together, including members assumed but not bound yet. The extender's node domain labeller puts that
    label, valued with the node's domain, on every node of every domain: kube-scheduler rejects any node
-   that lacks a required term's topologyKey, so the clique label would shut fabric-zone groups out;
+   that lacks a required term's topologyKey, so the clique label would shut fabric-zone groups out.
+   Left out when the pod's PodGroup already keeps it within one value of a domain label
+   (``upstream_topology``: Kubernetes 1.37 topology-aware workload scheduling, docs/GROUPS.md), which
+   annotation ``imex-webhook.io/upstream-topology`` records; the extender still holds the group to its
+   reserved domain;
 3. ``imex-webhook.io/domain Exists`` in every non-empty required nodeSelectorTerm (terms are ORed:
    adding a term would loosen the user's constraint; an empty term matches no node, so it stays as it
    is), or one new term holding only that expression when there is no required node affinity;
@@ -172,10 +176,14 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if written is None:
         patch.add(("metadata", "labels", keys.GROUP_LABEL), label)
     topology_key = policy.affinity_topology_key
-    _require_pod_affinity(patch, topology_key, label)
+    upstream = upstream_topology(pod, catalog, policy)
+    if upstream is None:
+        _require_pod_affinity(patch, topology_key, label)
     _require_domain_node(patch, topology_key)
     _schedule_with(patch, policy.scheduler_name, warnings)
     annotations = pod.annotations
+    if upstream is not None:
+        _record(patch, keys.UPSTREAM_TOPOLOGY_ANNOTATION, upstream.note, annotations)
     if GROUP_ID_ANNOTATION not in annotations:
         patch.add(("metadata", "annotations", GROUP_ID_ANNOTATION), group.id)
     if resolution.size is not None and keys.GROUP_SIZE_ANNOTATION not in annotations:
@@ -185,6 +193,47 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if not patch.ops:
         return MutationResult(True, (), tuple(warnings), "", group.id, "unchanged", "already-mutated")
     return MutationResult(True, tuple(patch.ops), tuple(warnings), "", group.id, "mutated", "patched")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTopology:
+    """A PodGroup whose topology constraint keeps its pods within one value of a domain label."""
+
+    pod_group: str
+    key: str
+
+    @property
+    def note(self) -> str:
+        """Why the pod has no pod affinity of ours, for ``imex-webhook.io/upstream-topology``."""
+        return f"PodGroup {self.pod_group} constrains topology to {self.key}; imex-webhook's pod affinity left out"
+
+
+def domain_keys(policy: Policy) -> frozenset[str]:
+    """Node labels one value of which is one of our domains (or its copy, the affinity topology key)."""
+    return frozenset({keys.CLIQUE_LABEL, keys.FABRIC_ZONE_LABEL, keys.DOMAIN_LABEL, policy.affinity_topology_key,
+                      *policy.domain_labels})
+
+
+def upstream_topology(pod: Pod, catalog: Catalog, policy: Policy) -> UpstreamTopology | None:
+    """The pod's PodGroup (``spec.schedulingGroup``), when kube-scheduler's topology-aware workload scheduling
+    already keeps its pods within one value of a domain label: our pod affinity would be a second
+    constraint on the same placement. Only the first key counts: kube-scheduler 1.37 applies only the first.
+    A PodGroup not cached yet, or constrained on another label (a rack, a block), constrains nothing of ours."""
+    refs = pod.workload
+    if refs is None or not refs.pod_group:
+        return None
+    group = catalog.pod_groups.get((pod.namespace, refs.pod_group))
+    if group is None or not group.topology_keys or group.topology_keys[0] not in domain_keys(policy):
+        return None
+    return UpstreamTopology(refs.pod_group, group.topology_keys[0])
+
+
+def _record(patch: PatchBuilder, annotation: str, value: str, annotations: Mapping[str, str]) -> None:
+    current = annotations.get(annotation)
+    if current is None:
+        patch.add(("metadata", "annotations", annotation), value)
+    elif current != value:
+        patch.replace(("metadata", "annotations", annotation), value)
 
 
 def _defer(obj: Mapping[str, Any], pod: Pod, policy: Policy, warnings: list[str]) -> MutationResult:

@@ -6,9 +6,12 @@ Shapes, as the releases named in docs/GROUPS.md write them:
 
 - pod ``spec.schedulingGroup.podGroupName`` (Kubernetes 1.36+) names a PodGroup whose
   ``spec.schedulingPolicy.gang.minCount`` (or ``basic: {}``) is the policy: the same fields in
-  scheduling.k8s.io/v1alpha2 (1.36), v1alpha3 and v1beta1 (1.37);
+  scheduling.k8s.io/v1alpha2 (1.36), v1alpha3 and v1beta1 (1.37). Its topology constraint (KEP-5732, gate
+  ``TopologyAwareWorkloadScheduling``) is ``spec.schedulingConstraints.topology[].key`` in v1alpha3 and
+  v1beta1, ``spec.schedulingConstraints.topologyConstraints[].topologyKey`` in v1alpha2;
 - pod ``spec.workloadRef`` {name, podGroup, podGroupReplicaKey} (Kubernetes 1.35) names a pod group in a
-  scheduling.k8s.io/v1alpha1 Workload: ``spec.podGroups[] {name, policy: {gang: {minCount}}}``;
+  scheduling.k8s.io/v1alpha1 Workload: ``spec.podGroups[] {name, policy: {gang: {minCount}}}`` (no
+  topology constraints: KEP-5732 came in 1.36);
 - JobSet ``spec.replicatedJobs[] {name, replicas, template: {spec: {parallelism, completions, template}}}``;
 - training jobs ``spec.<kind>ReplicaSpecs: {<type>: {replicas, template}}``.
 
@@ -20,6 +23,7 @@ object's ``problem``, so the group it sizes says why instead of vanishing.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook.domain.model import (
@@ -32,10 +36,13 @@ from webhook.domain.model import (
 )
 from webhook.domain.parsing import effective_gpus
 from webhook.errors import WireError
-from webhook.wire.fields import list_, map_, str_
+from webhook.wire.fields import LABEL_KEY_MAX, list_, map_, str_
 from webhook.wire.text import shown
 
 INT32_MAX = 2**31 - 1  # every count these APIs have is an int32
+# PodGroup topology constraints read: Kubernetes 1.37 validates at most one ("may change in the future");
+# a few more leave a later release room, a longer list is no PodGroup an API server stored.
+TOPOLOGY_MAX = 8
 
 REPLICA_SPECS: Mapping[str, str] = {
     "PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs", "TFJob": "tfReplicaSpecs",
@@ -84,13 +91,34 @@ def _policy(raw: Any, path: str, namespace: str, name: str) -> GangGroup:
     return GangGroup(namespace, name, gang=True, min_count=None if problem else count, problem=problem)
 
 
+def _topology_keys(raw: Any, path: str) -> tuple[str, ...]:
+    """The label keys of ``schedulingConstraints``: ``topology[].key`` (v1alpha3, v1beta1) or, as 1.36's
+    v1alpha2 spells them, ``topologyConstraints[].topologyKey``; both when a hand-made object has both."""
+    constraints = map_(raw, path)
+    found: list[str] = []
+    for field, key in (("topology", "key"), ("topologyConstraints", "topologyKey")):
+        entries = list_(constraints.get(field), f"{path}.{field}")
+        if len(entries) > TOPOLOGY_MAX:
+            raise WireError(f"{path}.{field}", f"{len(entries)} topology constraints; Kubernetes allows 1, "
+                            f"imex-webhook reads at most {TOPOLOGY_MAX}")
+        for i, entry in enumerate(entries):
+            where = f"{path}.{field}[{i}]"
+            label = str_(map_(entry, where).get(key), f"{where}.{key}", limit=LABEL_KEY_MAX)
+            if not label:
+                raise WireError(f"{where}.{key}", "missing: a topology constraint names a node label")
+            found.append(label)
+    return tuple(found)
+
+
 def pod_group(obj: Any, path: str = "PodGroup") -> GangGroup | None:
     """A scheduling.k8s.io PodGroup (v1alpha2, v1alpha3, v1beta1); ``None`` for another group's PodGroup."""
     obj, namespace, name, _ = _meta(obj, path)
     if _foreign(obj, "scheduling.k8s.io"):
         return None
     spec = map_(obj.get("spec"), f"{path}.spec")
-    return _policy(spec.get("schedulingPolicy"), f"{path}.spec.schedulingPolicy", namespace, name)
+    group = _policy(spec.get("schedulingPolicy"), f"{path}.spec.schedulingPolicy", namespace, name)
+    topology = _topology_keys(spec.get("schedulingConstraints"), f"{path}.spec.schedulingConstraints")
+    return replace(group, topology_keys=topology) if topology else group
 
 
 def gang_workload(obj: Any, path: str = "Workload") -> GangWorkload | None:

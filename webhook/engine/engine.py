@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain import figures, inspection, preemption
+from webhook.domain import figures, filtering, inspection, preemption
 from webhook.domain.filtering import FilterOutcome
 from webhook.domain.model import Node, Pod, Reservation
 from webhook.engine import bind as bind_verb
@@ -69,6 +69,12 @@ class Engine(Core):
     def domain_figures(self, now: float) -> dict[str, figures.DomainGpus]:
         snapshot = self.snapshot()
         return figures.domain_gpus(snapshot, self.choices.promised(now), self.policy, now)
+
+    def spare_nodes(self, now: float) -> dict[str, int]:
+        """Per domain, the spare nodes live reservations hold there (``figures.spare_nodes``)."""
+        snapshot = self.snapshot()
+        live = filtering.live_reservations(snapshot, self.choices.promised(now), self.policy, now)
+        return figures.spare_nodes(snapshot, live)
 
     def waiting_groups(self, now: float) -> dict[str, int]:
         """Groups with pods still to place, by why they wait (``figures.WAITING_REASONS``)."""

@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.domain.figures import FIT_SIZES, WAITING_REASONS, largest_group_fits
+from webhook.domain.figures import FIT_SIZES, WAITING_REASONS, domain_healths, largest_group_fits
+from webhook.domain.health import HEALTHS
 from webhook.engine.engine import Engine
 from webhook.engine.occurrences import DROP_REASONS
 from webhook.engine.ports import Backend
@@ -172,7 +173,7 @@ class _ClusterView(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         domains = GaugeMetricFamily(
             "imex_webhook_domain_gpus", "GPUs of each domain: free (local, not held by pods or attaches), used, "
-            "reserved (promised to placed-to-be members of reserved groups), attachable (fabric)",
+            "reserved (promised to placed-to-be members and spare nodes of reserved groups), attachable (fabric)",
             labels=["domain", "state"])
         waiting = GaugeMetricFamily("imex_webhook_groups_waiting", "Groups with pods still to place, by why they "
                                     "wait (docs/OPERATING.md)", labels=["reason"])
@@ -188,17 +189,22 @@ class _ClusterView(Collector):
         fits = GaugeMetricFamily("imex_webhook_domain_fit_pods", "Pods of gpus_per_pod GPUs one new group could be "
                                  "given in the domain now, other groups' reservations taken out (the extender's own "
                                  "placement)", labels=["domain", "gpus_per_pod"])
+        health = GaugeMetricFamily("imex_webhook_domain_health", "1 for the domain's health now, 0 for the others: "
+                                   "healthy, degraded (a node's NVLink fabric impaired), unhealthy (no node takes a "
+                                   "member)", labels=["domain", "health"])
+        spares = GaugeMetricFamily("imex_webhook_spare_nodes", "Spare nodes live reservations hold in the domain for "
+                                   "their groups' replacements", labels=["domain"])
         largest = GaugeMetricFamily("imex_webhook_largest_group_fits", "The most pods of gpus_per_pod GPUs one new "
                                     "group could be given in any one domain now", labels=["gpus_per_pod"])
         # One failing source must not cost the scrape the others: its families go out without samples.
-        _guarded("cluster state", self._cluster, domains, waiting, expired, phases)
+        _guarded("cluster state", self._cluster, domains, waiting, expired, phases, health, spares)
         _guarded("watch health", self._watches, age, stalled)
         _guarded("unaccounted fabric blocks", self._fabric, leaked)
         _guarded("free slots", self._fits, fits, largest)
-        yield from (domains, waiting, expired, phases, stalled, age, leaked, fits, largest)
+        yield from (domains, waiting, expired, phases, health, spares, stalled, age, leaked, fits, largest)
 
     def _cluster(self, domains: GaugeMetricFamily, waiting: GaugeMetricFamily, expired: GaugeMetricFamily,
-                 phases: GaugeMetricFamily) -> None:
+                 phases: GaugeMetricFamily, health: GaugeMetricFamily, spares: GaugeMetricFamily) -> None:
         engine = self.engine
         if engine is None:
             return
@@ -208,6 +214,11 @@ class _ClusterView(Collector):
             by_state = {"free": gpus.free, "used": gpus.used, "reserved": gpus.reserved, "attachable": gpus.attachable}
             for state in DOMAIN_STATES:
                 domains.add_metric([domain, state], float(by_state[state]))
+        for domain, found in sorted(domain_healths(snapshot).items()):
+            for value in HEALTHS:  # an enum: every value a series, 1 for the current one
+                health.add_metric([domain, value], 1.0 if found.health == value else 0.0)
+        for domain, count in sorted(engine.spare_nodes(now).items()):
+            spares.add_metric([domain], float(count))
         reasons = engine.waiting_groups(now)
         for reason in WAITING_REASONS:
             waiting.add_metric([reason], float(reasons[reason]))
