@@ -39,6 +39,18 @@ def test_nodes_that_need_a_fabric_attach_score_below_nodes_that_do_not() -> None
     assert 1 <= scores["attach"] <= 4 < 5 <= scores["local"] <= 10
 
 
+def test_among_nodes_that_need_an_attach_the_fewest_fabric_gpus_score_highest() -> None:
+    # The zone's pool is shared by the group's pods still to place: a node that takes more blocks only because
+    # its local GPU is busy would empty the pool for the last pods (the stuck job of docs/SIMULATE.md, seed 7).
+    objects = [builders.node("one-local", 1, zone="pool", slots=4), builders.node("busy", 1, zone="pool", slots=4),
+               builders.pod("plain", gpus=1, node="busy", phase="Running", namespace="x"),
+               *builders.cd_objects("job", 2)]
+    snap = builders.snapshot(objects, fabric_free={"pool": 8})
+    scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job", gpus=2)), ["one-local", "busy"],
+                                     snap, POLICY, {}, 0.0))
+    assert 1 <= scores["busy"] < scores["one-local"] <= 4
+
+
 def test_nodes_outside_the_groups_domain_score_zero() -> None:
     objects = [*builders.rack("a", A, 2), *builders.rack("b", B, 4), *builders.cd_objects("job", 2)]
     snap = builders.snapshot(objects)

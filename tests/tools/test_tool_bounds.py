@@ -24,6 +24,9 @@ from webhook.tools.cli import BENCH_BOUNDS, SIMULATE_BOUNDS, SOAK_BOUNDS
     (["simulate", "--degraded-hours", "-2"], "--degraded-hours -2: expected a number in [0.01, 8760]"),
     (["simulate", "--degraded-loss", "1.5"], "--degraded-loss 1.5: expected a number in [0, 1]"),
     (["simulate", "--degraded-loss", "nan"], "--degraded-loss"),
+    (["simulate", "--exclusive-share", "1.5"], "--exclusive-share 1.5: expected a number in [0, 1]"),
+    (["simulate", "--exclusive-share", "-0.25"], "--exclusive-share -0.25: expected a number in [0, 1]"),
+    (["simulate", "--exclusive-share", "nan"], "--exclusive-share nan: expected a finite number"),
     (["bench", "--concurrency", "0"], "--concurrency 0: expected a whole number in [1, 1024]"),
     (["bench", "--repeats", str(10**30)], "--repeats 1e+30: expected a whole number in [1, 100]"),
     (["bench", "--duration", "-3"], "--duration -3: expected a number in [0.01, 3600]"),
@@ -35,6 +38,11 @@ def test_a_value_a_tool_cannot_use_is_one_line_naming_the_flag_and_exit_2(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_share_that_is_not_a_number_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--exclusive-share", "half"]) == 2
+    assert "argument --exclusive-share: invalid float value: 'half'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("bounds", [BENCH_BOUNDS, SIMULATE_BOUNDS, SOAK_BOUNDS])

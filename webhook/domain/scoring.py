@@ -24,11 +24,15 @@ def score_node(node: Node, ctx: filtering.Context, snapshot: Snapshot) -> int:
     fit = capacity.node_fit(node, ctx.demand, snapshot, ctx.pod_uid)
     if fit.verdict is not Verdict.FITS:
         return MIN_EXTENDER_PRIORITY
-    size = max(node.gpus + (node.fabric_slots if fit.attach else 0), 1)
-    idle = max(0, fit.local_free - ctx.demand.gpus) if not fit.attach else fit.left_over
-    tightness = 1.0 - min(idle, size) / size
     if fit.attach:
-        return 1 + round(3 * tightness)
+        # Fewest fabric GPUs to attach first: the zone's pool is shared by every pod still to place, and the
+        # reservation counted on the local GPUs of the nodes it chose (a node with more room only because it
+        # can take more blocks from the pool would empty it for the group's last pods).
+        share = min(fit.attach, ctx.demand.gpus) / max(ctx.demand.gpus, 1)
+        return 1 + round(3 * (1.0 - share))
+    size = max(node.gpus, 1)
+    idle = max(0, fit.local_free - ctx.demand.gpus)
+    tightness = 1.0 - min(idle, size) / size
     return 5 + round(5 * tightness)
 
 

@@ -33,7 +33,7 @@ SIMULATE_BOUNDS: Bounds = {"--cliques": (1, 20_000), "--jobs": (1, 10_000_000), 
                            "--fabric-zones": (0, 10_000), "--fabric-pool": (0, 1_000_000),
                            "--stuck-timeout": (1, 365 * 86400), "--node-failures": (0, 100),
                            "--repair-hours": (0.01, 8760), "--fabric-degradations": (0, 100),
-                           "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1)}
+                           "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1), "--exclusive-share": (0, 1)}
 SOAK_BOUNDS: Bounds = {"--minutes": (0.01, 24 * 60), "--interval": (0.1, 3600), "--rss-growth-mib": (0.1, 1 << 20)}
 
 
@@ -98,6 +98,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                    help="mean hours a degraded fabric takes to be healthy again (default %(default)s)")
     p.add_argument("--degraded-loss", type=float, default=d.degraded_loss,
                    help="chance that a running job is lost per degradation of its domain (default %(default)s)")
+    p.add_argument("--exclusive-share", type=float, default=d.exclusive_share, metavar="F",
+                   help="share of ComputeDomain jobs annotated imex-webhook.io/exclusive-domain=true, drawn from the "
+                        "seed on a stream of their own (default %(default)s)")
     p.add_argument("--policies", default=",".join(workload.DEFAULT_POLICIES),
                    help=f"comma-separated, from {', '.join(workload.POLICIES)} (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -122,7 +125,7 @@ def run_simulate(ns: argparse.Namespace) -> int:
                              fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout,
                              node_failures=ns.node_failures, repair_hours=ns.repair_hours,
                              fabric_degradations=ns.fabric_degradations, degraded_hours=ns.degraded_hours,
-                             degraded_loss=ns.degraded_loss)
+                             degraded_loss=ns.degraded_loss, exclusive_share=ns.exclusive_share)
     result = simulation.run(params, policies, ns.out, plots=not ns.no_plots)
     print(report.tables(result), end="")
     written = ["report.md", "metrics.json", *result["plots"]]

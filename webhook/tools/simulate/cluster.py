@@ -190,7 +190,9 @@ class SimCluster:
 def job_objects(job: Job) -> list[dict[str, Any]]:
     """The Kubernetes objects a job consists of, in its own namespace: a ComputeDomain and its channel
     template for nvlink jobs, and the pods (group-size annotation for fabric groups). Group pods carry
-    ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default."""
+    ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default.
+    An exclusive job's ComputeDomain carries ``imex-webhook.io/exclusive-domain: "true"``, where
+    docs/SCHEDULER.md says to put it (it counts from the group's first filter); the others carry nothing."""
     from webhook.demo import cluster as demo
     from webhook.domain.policy import Policy
 
@@ -200,6 +202,8 @@ def job_objects(job: Job) -> list[dict[str, Any]]:
         cd, rct = demo.compute_domain(job.name, job.pods), demo.channel_template(job.name)
         for obj in (cd, rct):
             obj["metadata"]["namespace"] = ns
+        if job.exclusive:
+            cd["metadata"]["annotations"] = {keys.EXCLUSIVE_ANNOTATION: "true"}
         out += [cd, rct]
     for i in range(job.pods):
         annotations = {keys.GROUP_ANNOTATION: job.name, keys.GROUP_SIZE_ANNOTATION: str(job.pods)} \

@@ -38,6 +38,18 @@ class JobState:
         return sum(1 for n in self.placed if n is not None)
 
 
+@dataclass(slots=True)
+class Placement:
+    """One pod on one node, from its bind until its job released it (``released``: None while bound). The
+    run's placement record: every bind, partial placements and runs later lost included."""
+
+    job: int
+    pod: int
+    node: int
+    bound: float
+    released: float | None = None
+
+
 @dataclass
 class Outcome:
     """Everything one policy's run produced; ``report`` turns it into metrics."""
@@ -48,6 +60,7 @@ class Outcome:
     states: list[JobState]
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, GPUs held, GPUs useful)
     decisions: list[float] = field(default_factory=list)  # seconds per pod scheduling attempt
+    placements: list[Placement] = field(default_factory=list)  # every bind, in order
     attaches: int = 0
     attached_gpus: int = 0
     wall_seconds: float = 0.0

@@ -7,7 +7,9 @@
   and an attacher that composes fabric GPUs in the simulated pools. Group pods use the dedicated profile
   (``deploy.scheduler_config``); plain pods, which admission leaves alone, kube-scheduler's default one.
   Nothing of the decision is re-implemented here. It reads the nodes' fabric-health label as the service
-  does (``imex-webhook``: ``--fabric-health-policy avoid``; ``imex-webhook-refuse``, ``imex-webhook-allow``).
+  does (``imex-webhook``: ``--fabric-health-policy avoid``; ``imex-webhook-refuse``, ``imex-webhook-allow``),
+  and a ComputeDomain's ``imex-webhook.io/exclusive-domain`` annotation (``imex-webhook-exclusive``: every
+  ComputeDomain exclusive, ``serve --exclusive-domains``), both through the engine's ``Policy`` and caches.
 - ``GangTasPolicy`` is Kueue's Topology-Aware Scheduling with a required topology on the domain, the
   strongest peer: a job is admitted only when one domain (an NVLink clique; a fabric zone too for jobs
   without a ComputeDomain, on its local GPUs: nothing attaches fabric GPUs) has room for all its pods
@@ -18,8 +20,10 @@
   suggests: a group's first pod goes anywhere it fits, later pods only to the clique of the pods already
   placed. Co-location without a capacity reservation: a group can start where it cannot finish.
 
-None of the three peers reads fabric health (no generic scheduler does); all of them, like kube-scheduler,
-leave a failed node (NotReady, tainted unreachable) alone.
+None of the three peers reads fabric health (no generic scheduler does), nor exclusivity: Kueue's TAS has
+no notion of a domain kept from other workloads, and kube-scheduler's affinity keeps a group together
+without keeping others out; an exclusive job is an ordinary ComputeDomain to them. All of them, like
+kube-scheduler, leave a failed node (NotReady, tainted unreachable) alone.
 """
 
 from __future__ import annotations
@@ -213,10 +217,11 @@ class _SimAttacher:
 class ImexPolicy:
     name = "imex-webhook"
 
-    def __init__(self, cluster: SimCluster, seed: int, health: HealthPolicy = "avoid") -> None:
+    def __init__(self, cluster: SimCluster, seed: int, health: HealthPolicy = "avoid",
+                 exclusive_domains: bool = False) -> None:
         self.cluster = cluster
         self.now = 0.0
-        policy = EnginePolicy(fabric_health=health)
+        policy = EnginePolicy(fabric_health=health, exclusive_domains=exclusive_domains)
         self.store = ClusterStore(policy)
         self.node_index = cluster.index
         nodes = [cluster.node_object(n) for n in range(len(cluster.names))]
@@ -287,14 +292,15 @@ class ImexPolicy:
         self.refresh_nodes(nodes)
 
 
-# The service under each --fabric-health-policy: the policy name -> the flag's value.
-IMEX_HEALTH: dict[str, HealthPolicy] = {
-    "imex-webhook": "avoid", "imex-webhook-refuse": "refuse", "imex-webhook-allow": "allow"}
+# The service under each setting compared: the policy name -> (--fabric-health-policy, --exclusive-domains).
+IMEX_SETTINGS: dict[str, tuple[HealthPolicy, bool]] = {
+    "imex-webhook": ("avoid", False), "imex-webhook-refuse": ("refuse", False),
+    "imex-webhook-allow": ("allow", False), "imex-webhook-exclusive": ("avoid", True)}
 
 
 def make(name: str, cluster: SimCluster, seed: int) -> Placer:
-    if name in IMEX_HEALTH:
-        imex = ImexPolicy(cluster, seed, IMEX_HEALTH[name])
+    if name in IMEX_SETTINGS:
+        imex = ImexPolicy(cluster, seed, *IMEX_SETTINGS[name])
         imex.name = name
         return imex
     kinds: dict[str, type[DefaultPolicy]] = {

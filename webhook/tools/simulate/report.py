@@ -8,7 +8,9 @@ cut short by a restart is lost work, not useful), *held* every GPU bound to a po
 placements, split jobs and runs later lost). Queueing delay (every wait of a job: from its arrival, and
 from each restart, until it runs) is also given per job-size class (``workload.SIZE_CLASSES``: median,
 p90 and p99 over the jobs that started, with how many did), with the restarts, the runs lost to a
-degraded fabric and the useful utilisation of each class.
+degraded fabric and the useful utilisation of each class. ComputeDomain jobs that asked for an NVLink
+domain of their own (``Params.exclusive_share``) and the others are counted apart too (``compute_domains``),
+to see who pays for exclusivity.
 Fields whose name starts with ``decision_`` or ends in ``wall_seconds`` are wall-clock timings;
 everything else is deterministic.
 """
@@ -77,6 +79,19 @@ def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, 
     return out
 
 
+def by_exclusivity(jobs: list[Job], states: list[JobState]) -> dict[str, dict[str, Any]]:
+    """ComputeDomain jobs that asked for an exclusive NVLink domain and those that did not: submitted,
+    completed, stuck, pending, and the median, p90 and p99 wait in minutes over those that started."""
+    out: dict[str, dict[str, Any]] = {}
+    for label, wanted in (("exclusive", True), ("shared", False)):
+        pairs = [s for j, s in zip(jobs, states, strict=True) if j.kind == "nvlink" and j.exclusive == wanted]
+        waits = [w for s in pairs if (w := _wait_minutes(s)) is not None]
+        out[label] = {"submitted": len(pairs),
+                      **{k: sum(1 for s in pairs if s.outcome == k) for k in ("completed", "stuck", "pending")},
+                      **{f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)}}
+    return out
+
+
 def metrics(o: Outcome) -> dict[str, Any]:
     p, jobs, states = o.params, o.jobs, o.states
     count = {k: sum(1 for s in states if s.outcome == k) for k in ("completed", "stuck", "pending", "running")}
@@ -110,6 +125,7 @@ def metrics(o: Outcome) -> dict[str, Any]:
         "queue_delay_minutes": {"p50": percentile(delays, 50), "p99": percentile(delays, 99),
                                 "mean": sum(delays) / len(delays) if delays else 0.0, "started": len(delays)},
         "delay_by_size": delay_by_size(jobs, states, window, gpus),
+        "compute_domains": by_exclusivity(jobs, states),
         "fabric_attaches": o.attaches, "fabric_gpus_attached": o.attached_gpus,
         "pod_attempts": len(o.decisions),
         "decision_time_us": {"mean": sum(decisions_us) / len(decisions_us) if decisions_us else 0.0,
@@ -204,6 +220,31 @@ FAULT_NOTE = ("Faults by job size: completed/submitted, restarts (of them lost t
               "utilisation (share of all GPUs used by runs that completed whole in one domain).")
 
 
+def exclusive_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ComputeDomain jobs asking for an exclusive domain and the others (markdown table lines): completed /
+    stuck / pending of submitted, wait p50 / p90 / p99 minutes."""
+    lines = ["| policy | exclusive ComputeDomains | other ComputeDomains |", "|---|---|---|"]
+    for r in rows:
+        kinds = (r["compute_domains"][k] for k in ("exclusive", "shared"))
+        cells = [f"{c['completed']} / {c['stuck']} / {c['pending']} of {c['submitted']}, "
+                 f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} / "
+                 f"{_minutes(c['wait_p99_minutes'])}" for c in kinds]
+        lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+EXCLUSIVE_NOTE = ("ComputeDomain jobs annotated imex-webhook.io/exclusive-domain and the others: completed / stuck "
+                  "/ pending of submitted, wait p50 / p90 / p99 minutes (only the imex-webhook policies read the "
+                  "annotation).")
+
+
+def _exclusive_lines(stream: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The exclusivity table, when any job asked for an exclusive domain."""
+    if not stream.get("exclusive_compute_domains"):
+        return []
+    return ["", EXCLUSIVE_NOTE, "", *exclusive_table(rows)]
+
+
 def fault_line(described: dict[str, Any]) -> str:
     return (f"Faults (the same for every policy): {described['node_failures']} node failures "
             f"({described['node_hours_down']:.0f} node-hours down), {described['fabric_degradations']} fabric "
@@ -214,7 +255,8 @@ def tables(result: dict[str, Any]) -> str:
     """What ``imex-webhook simulate`` prints: the three tables, from ``write``'s result."""
     rows = list(result["policies"].values())
     return "\n".join([fault_line(result["faults"]), "", *summary_table(rows), "", SIZE_NOTE, "",
-                      *size_table(rows), "", FAULT_NOTE, "", *fault_table(rows)]) + "\n"
+                      *size_table(rows), "", FAULT_NOTE, "", *fault_table(rows),
+                      *_exclusive_lines(result["stream"], rows)]) + "\n"
 
 
 def _md(params: Params, stream: dict[str, Any], described: dict[str, Any], rows: list[dict[str, Any]],
@@ -225,13 +267,16 @@ def _md(params: Params, stream: dict[str, Any], described: dict[str, Any], rows:
              f"({params.fabric_local_gpus} local GPU, {params.fabric_slots} slots, pool {params.fabric_pool}); "
              f"{params.total_gpus} GPUs. {stream['jobs']} jobs ({stream['by_kind']}) over "
              f"{stream['arrival_span_hours']:.1f} h, offered load {params.load:.0%} of the clique GPUs, median run "
-             f"{stream['median_runtime_hours']:.2f} h; stuck after {params.stuck_timeout / 60:.0f} min partly placed.",
+             f"{stream['median_runtime_hours']:.2f} h; stuck after {params.stuck_timeout / 60:.0f} min partly placed"
+             + (f"; {stream['exclusive_compute_domains']} ComputeDomain jobs ask for an exclusive NVLink domain "
+                f"(share {params.exclusive_share:g})." if params.exclusive_share else "."),
              "", f"Fault model: {params.node_failures:g} node failures per node and {params.fabric_degradations:g} "
              f"fabric degradations per NVLink tray per day, repaired after {params.repair_hours:g} h and healthy "
              f"again after {params.degraded_hours:g} h on average; a running ComputeDomain job lost with chance "
              f"{params.degraded_loss:g} per degradation of its domain. {fault_line(described)}",
              "", *summary_table(rows)]
     lines += ["", SIZE_NOTE, "", *size_table(rows), "", FAULT_NOTE, "", *fault_table(rows)]
+    lines += _exclusive_lines(stream, rows)
     lines += ["", "By kind (completed / split / stuck / pending of submitted; queueing delay p50 / p99 minutes):", ""]
     for r in rows:
         parts = [f"{k} {v['completed']}/{v['split']}/{v['stuck']}/{v['pending']} of {v['submitted']} "

@@ -36,7 +36,7 @@ from typing import Any
 
 from webhook.tools.simulate import faults, policies, report, workload
 from webhook.tools.simulate.cluster import SimCluster
-from webhook.tools.simulate.outcome import JobState, Outcome
+from webhook.tools.simulate.outcome import JobState, Outcome, Placement
 from webhook.tools.simulate.workload import Job, Params
 
 ARRIVE, FINISH, TIMEOUT, TICK, RESTART, LOST = "arrive", "finish", "timeout", "tick", "restart", "lost"
@@ -48,9 +48,9 @@ _FAULT_END = {faults.FAIL: REPAIR, faults.DEGRADE: RECOVER}
 
 
 def policy_seed(params: Params, policy: str) -> int:
-    """The policy's tie-breaking seed; the service's shares one under every health policy, so that without
-    fabric degradations they decide alike."""
-    base = "imex-webhook" if policy in policies.IMEX_HEALTH else policy
+    """The policy's tie-breaking seed; the service's shares one under every setting (health policy,
+    exclusive domains), so that where a setting changes nothing they decide alike."""
+    base = "imex-webhook" if policy in policies.IMEX_SETTINGS else policy
     return params.seed + workload.POLICIES.index(base)
 
 
@@ -69,6 +69,7 @@ class Simulation:
         self.useful = 0
         self.ticks: set[float] = set()
         self.arrived: set[int] = set()  # jobs not tried yet
+        self.bound: dict[int, list[Placement]] = defaultdict(list)  # job -> its pods' open placements
         self.faults = fault_list if fault_list is not None else default_faults(params, jobs, self.cluster)
         self.degraded_now: dict[str, dict[int, float]] = defaultdict(dict)  # domain -> fault -> its end
         self.loss = random.Random(f"fabric-loss/{params.seed}")
@@ -93,6 +94,8 @@ class Simulation:
 
     def _release(self, job: Job, now: float) -> None:
         self.placer.release(job, now)
+        for placement in self.bound.pop(job.index, ()):
+            placement.released = now
         self._tick_after(now)
 
     def handle(self, kind: str, index: int, now: float, attempt: int = 0) -> bool:
@@ -205,6 +208,9 @@ class Simulation:
                         failed[job.kind].append((job.gpus, job.pods))
                     break
                 st.placed[pod], st.bound_at[pod] = where, now
+                placement = Placement(index, pod, where, now)
+                self.out.placements.append(placement)
+                self.bound[index].append(placement)
                 if st.first_placed is None:
                     st.first_placed = now
                     self._push(now + self.params.stuck_timeout, TIMEOUT, index, st.attempt)

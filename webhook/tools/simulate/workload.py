@@ -12,7 +12,10 @@ results come from the policies alone. The mix is what a shared NVL72 installatio
 Arrivals are Poisson with the rate that offers ``load`` times the clique GPUs on average; run times are
 log-normal (median ``runtime_median``, shape ``runtime_sigma``), as job durations on shared clusters are.
 The node failures and fabric degradations the cluster suffers meanwhile (``faults``) are drawn from the
-same seed, on a stream of their own: the job stream is the same with or without them.
+same seed, on a stream of their own: the job stream is the same with or without them. So is the choice of
+the ComputeDomain jobs that ask for an NVLink domain of their own (``exclusive_share``; docs/SCHEDULER.md,
+"Exclusive domains"): one draw per ComputeDomain job whatever the share, so the exclusive jobs at a share
+are among those at any larger share, and only that flag differs between two shares' streams.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import random
 from dataclasses import dataclass
 
 # imex-webhook-refuse and imex-webhook-allow: the service with --fabric-health-policy refuse or allow
-# (imex-webhook: avoid, the default). Not in a default run: each costs as much as the rest together.
-POLICIES = ("imex-webhook", "default", "affinity-only", "gang-tas", "imex-webhook-refuse", "imex-webhook-allow")
+# (imex-webhook: avoid, the default); imex-webhook-exclusive: with --exclusive-domains. Not in a default
+# run: each costs as much as the rest together.
+POLICIES = ("imex-webhook", "default", "affinity-only", "gang-tas", "imex-webhook-refuse", "imex-webhook-allow",
+            "imex-webhook-exclusive")
 DEFAULT_POLICIES = POLICIES[:4]
 KINDS = ("nvlink", "fabric", "plain")
 
@@ -69,6 +74,13 @@ class Params:
     fabric_degradations: float = 0.02  # an NVLink tray's fabric degraded, then healthy again
     degraded_hours: float = 6.0
     degraded_loss: float = 0.3  # chance a running job fails per degradation of its domain it lives through
+    exclusive_share: float = 0.0  # ComputeDomain jobs annotated imex-webhook.io/exclusive-domain: "true"
+
+    def __post_init__(self) -> None:
+        share = self.exclusive_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
+            raise ValueError(f"exclusive_share {share!r}: expected a number in [0, 1] (the share of ComputeDomain "
+                             "jobs that ask for an NVLink domain of their own)")
 
     @property
     def clique_gpus(self) -> int:
@@ -94,6 +106,7 @@ class Job:
     gpus: int  # per pod
     arrival: float  # seconds since the start
     runtime: float  # seconds, once every pod is placed
+    exclusive: bool = False  # a ComputeDomain that asks for an NVLink domain of its own
 
     @property
     def grouped(self) -> bool:
@@ -125,9 +138,11 @@ def generate(p: Params) -> list[Job]:
     work = sum(pods * gpus * rt for (_, pods, gpus), rt in zip(shapes, runtimes, strict=True)) / p.jobs
     rate = p.load * p.clique_gpus / work  # jobs per second that offer ``load`` of the clique GPUs
     now = 0.0
+    exclusive = random.Random(f"exclusive/{p.seed}")
     jobs = []
     for i, ((kind, pods, gpus), runtime) in enumerate(zip(shapes, runtimes, strict=True)):
-        jobs.append(Job(i, f"job-{i:05d}", kind, pods, gpus, round(now, 3), round(runtime, 3)))
+        own = kind == "nvlink" and exclusive.random() < p.exclusive_share
+        jobs.append(Job(i, f"job-{i:05d}", kind, pods, gpus, round(now, 3), round(runtime, 3), own))
         now += rng.expovariate(rate)
     return jobs
 
@@ -139,6 +154,7 @@ def describe(jobs: list[Job]) -> dict[str, object]:
         "jobs": len(jobs),
         "by_kind": {k: len(v) for k, v in by_kind.items()},
         "pods": sum(j.pods for j in jobs),
+        "exclusive_compute_domains": sum(1 for j in jobs if j.exclusive),
         "mean_nvlink_pods": (sum(j.pods for j in by_kind["nvlink"]) / len(by_kind["nvlink"]))
         if by_kind["nvlink"] else 0.0,
         "arrival_span_hours": (jobs[-1].arrival - jobs[0].arrival) / 3600 if jobs else 0.0,
