@@ -76,3 +76,15 @@ def test_an_exclusive_compute_domain_keeps_its_clique_to_itself(tmp_path: Path) 
         assert _racks_of(world, world.create(_pods("solo", 2))) == {"a"}  # best fit
         # Rack a's free tray would be the best fit for one pod; it belongs to solo's clique.
         assert _racks_of(world, world.create(_pods("guest", 1))) == {"b"}
+
+
+def test_a_job_larger_than_any_clique_lands_in_whole_segments_neighbouring_ranks_together(tmp_path: Path) -> None:
+    catalog = [*GB200, *_racks(3, 3), *_annotated(h.compute_domain("big", 6), {keys.SEGMENT_SIZE_ANNOTATION: "3"})]
+    with h.World(tmp_path, catalog) as world:
+        pods = world.create(_pods("big", 6))
+        labels = [p["metadata"]["labels"][keys.GROUP_LABEL] for p in pods]
+        assert labels[0] == labels[2] != labels[3] == labels[5]  # ranks 0-2 and 3-5: one segment each
+        run = world.run(pods)
+        racks = [h.rack_of(run.node(f"{h.NS}/{p['metadata']['name']}")) for p in pods]
+        assert racks[:3] in (["a"] * 3, ["b"] * 3) and set(racks[3:]) == {"a", "b"} - set(racks[:3])
+        assert sorted(r["name"] for r in world.replicas[0].inspect()["reservations"]) == ["ml/big#s0", "ml/big#s1"]

@@ -136,6 +136,8 @@ REFUSED = [
     (["--scheduler-name", "a..b"], f"--scheduler-name 'a..b': {SCHEDULER_NAME}"),
     (["--scheduler-name", "a" * 254], f"--scheduler-name {'a' * 80 + '...'!r}: {SCHEDULER_NAME}"),
     (["--channel-device-class", "Channels!"], f"--channel-device-class 'Channels!': {SUBDOMAIN}"),
+    (["--block-label", "bad key!"], f"--block-label 'bad key!': {LABEL_KEY}"),
+    ([a for i in range(9) for a in ("--block-label", f"l{i}")], "--block-label given 9 times: at most 8 levels"),
 ]
 
 
@@ -251,3 +253,8 @@ def test_a_value_argparse_cannot_read_is_a_usage_error_with_status_2(capsys: pyt
     assert cli.main(["serve", "--threads", "many"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: imex-webhook serve ") and "--threads: invalid int value: 'many'" in err
+
+
+def test_block_labels_reach_the_policy_lowest_level_first() -> None:
+    got = _from(["--block-label", "network.example.com/block", "--block-label", "network.example.com/spine"])
+    assert got.policy.block_labels == ("network.example.com/block", "network.example.com/spine")

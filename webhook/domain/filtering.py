@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from webhook.domain import candidates as candidates_
-from webhook.domain import capacity, grouping, health, node_constraints, placement
+from webhook.domain import capacity, grouping, health, node_constraints, placement, repair, segment_plan, segments
 from webhook.domain.capacity import Verdict
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -32,6 +32,8 @@ class Context:
     reason: str  # why this domain, or why none
     resolvable_later: bool = False
     pod_uid: str = ""
+    # A segment's choice is the whole job's plan: the other segments' reservations, stored with this one.
+    siblings: tuple[tuple[Group, Reservation], ...] = ()
 
     @property
     def group(self) -> Group | None:
@@ -90,6 +92,8 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         origin = "reserved" if existing.version else "proposed"
         return Context(resolution, need, existing.domain, existing, None,
                        f"domain {origin} for the group at {existing.created_at:.0f}", pod_uid=pod.uid)
+    if group.segment is not None:
+        return _segment_context(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates)
     known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
     choice = placement.choose(
         group, resolution.size, need, snapshot,
@@ -115,6 +119,33 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         spares=choice.spares,
     )
     return Context(resolution, need, choice.domain, proposal, proposal, choice.reason, pod_uid=pod.uid)
+
+
+def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
+                     proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
+                     candidates: Sequence[str] | None) -> Context:
+    """A segment without a reservation: plan the whole job, propose this segment's domain and the others'."""
+    group = resolution.group
+    assert group is not None and group.segment is not None
+    seg = group.segment
+    live = live_reservations(snapshot, proposals, policy, now)
+    planned = segment_plan.plan(group, need, snapshot, live, set(candidates) if candidates is not None else None,
+                                policy)
+    if planned.domains is None:
+        return Context(resolution, need, None, None, None, planned.reason, planned.resolvable_later, pod.uid)
+
+    def proposal(member: Group) -> Reservation:
+        assert member.segment is not None and planned.domains is not None
+        return Reservation(group_id=member.id, group_name=member.name, namespace=member.namespace,
+                           domain=planned.domains[member.segment.index], size=seg.pods(member.segment.index),
+                           gpus_per_pod=need.gpus, one_pod_per_node=member.one_pod_per_node, created_at=now,
+                           holder=holder)
+
+    own = proposal(group)
+    siblings = tuple((g, proposal(g)) for i in range(seg.count) if i != seg.index
+                     and (g := segments.sibling(group, seg, i)).id not in live
+                     and repair.running_domain(g, snapshot) is None)
+    return Context(resolution, need, own.domain, own, own, planned.reason, pod_uid=pod.uid, siblings=siblings)
 
 
 def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
@@ -196,7 +227,7 @@ def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_u
     if cd and channels is not None and name not in channels:
         return Verdict.NEVER, ("node publishes no IMEX channel (no compute-domain.nvidia.com ResourceSlice for it), "
                                "so a ComputeDomain pod's channel claim cannot be allocated here")
-    if group.one_pod_per_node and group.id in snapshot.node_groups.get(name, frozenset()):
+    if group.one_pod_per_node and segments.runs_member(group, snapshot.node_groups.get(name, frozenset())):
         return Verdict.NEVER, ("node already runs a pod of this ComputeDomain; the driver publishes one "
                                "IMEX channel per node, so members need one node each")
     fit = capacity.node_fit(node, ctx.demand, snapshot, pod_uid)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from webhook.domain import controller_groups, group_sources, keys, spares
+from webhook.domain import controller_groups, group_sources, keys, segments, spares
 from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import (
     Catalog,
@@ -157,8 +157,9 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
             found = _from_controllers(pod, catalog, policy)
             if found is not None and found.group is not None:
                 count, problem = spares.requested(pod.annotations, None)
-                return replace(found, group=replace(found.group, spares=count),
-                               problems=found.problems + ((problem,) if problem else ()))
+                group, size, cut = segments.segmented(replace(found.group, spares=count), found.size, pod, None)
+                return replace(found, group=group, size=size,
+                               problems=found.problems + ((problem,) if problem else ()) + tuple(cut))
             if found is not None:
                 return found
         return GroupResolution(None, None, "unknown", tuple(problems), tuple(warnings))
@@ -171,6 +172,9 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
         problems.append(size_problem)
     if pod.workload is not None:
         size, source = _with_controllers(pod, catalog, policy, group, size, source, warnings)
+    if not problems:
+        group, size, cut = segments.segmented(group, size, pod, cd)
+        problems.extend(cut)
     return GroupResolution(group, size, source, tuple(problems), tuple(warnings))
 
 

@@ -21,7 +21,12 @@ GROUP_SIZE_ANNOTATION = f"{PREFIX}/group-size"
 # "k" on a ComputeDomain (or its pods): the group's reservation holds k more nodes of its domain for
 # replacements of failed members (webhook.domain.spares).
 SPARE_NODES_ANNOTATION = f"{PREFIX}/spare-nodes"
+# "N" on a ComputeDomain (or its pods): a job larger than one NVLink domain is placed as segments of N pods,
+# each segment wholly in one domain, members mapped to segments by their rank (webhook.domain.segments).
+SEGMENT_SIZE_ANNOTATION = f"{PREFIX}/segment-size"
 GROUP_LABEL = f"{PREFIX}/group"
+# The Indexed Job controller's rank of a pod (annotation and label): a member's segment (webhook.domain.segments).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
 GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at admission
 

@@ -31,6 +31,9 @@ class Node:
     fabric_health: str = ""  # imex-webhook.io/fabric-health as the node agent writes it ("" when absent)
     not_ready: bool = False  # the Ready condition is present and not True
     taints: tuple[str, ...] = ()  # node-condition taints (node.kubernetes.io/*) that keep pods off, key:Effect
+    # The values of Policy.block_labels on the node, in that order ("" when absent): the network blocks above
+    # its domain that a segmented job's domains must share (webhook.domain.segments).
+    blocks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,7 @@ class Pod:
     scheduler_name: str = "default-scheduler"
     deleting: bool = False
     workload: WorkloadRefs | None = None  # None: no gang API or controller names a group for it
+    rank: str | None = None  # the Job completion index as written (webhook.domain.segments)
 
     @property
     def key(self) -> ObjectKey:
@@ -132,6 +136,7 @@ class ComputeDomain:
     template: str | None  # spec.channel.resourceClaimTemplate.name
     exclusive: bool = False  # imex-webhook.io/exclusive-domain: "true" (webhook.domain.exclusive)
     spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.spares)
+    segment_size: str | None = None  # imex-webhook.io/segment-size as written (webhook.domain.segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +234,25 @@ class Group:
     one_pod_per_node: bool  # the driver publishes one channel per node: one CD pod per node
     exclusive: bool = False  # wants an NVLink domain no other ComputeDomain uses (webhook.domain.exclusive)
     spares: int = 0  # nodes of its domain its reservation holds for replacements (webhook.domain.spares)
+    segment: Segment | None = None  # one segment of a job larger than a domain (webhook.domain.segments)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Where a segment group stands in its job: the job's pods are cut into ``count`` segments of ``size``
+    pods (the last may be smaller), each placed wholly in one domain."""
+
+    job_id: str  # the whole job's group id; the segment's own id is ``segment_id(job_id, index)``
+    job_name: str
+    index: int
+    count: int
+    size: int  # pods per segment, as the annotation says
+    job_size: int
+
+    def pods(self, index: int | None = None) -> int:
+        """Pods of segment ``index`` (this one by default)."""
+        i = self.index if index is None else index
+        return min(self.size, self.job_size - i * self.size)
 
 
 @dataclass(frozen=True, slots=True)

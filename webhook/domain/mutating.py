@@ -187,7 +187,9 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if GROUP_ID_ANNOTATION not in annotations:
         patch.add(("metadata", "annotations", GROUP_ID_ANNOTATION), group.id)
     if resolution.size is not None and keys.GROUP_SIZE_ANNOTATION not in annotations:
-        patch.add(("metadata", "annotations", keys.GROUP_SIZE_ANNOTATION), str(resolution.size))
+        # The whole job's size for a segment: the segment is derived from it again at every read.
+        size = group.segment.job_size if group.segment is not None else resolution.size
+        patch.add(("metadata", "annotations", keys.GROUP_SIZE_ANNOTATION), str(size))
     if keys.MUTATED_ANNOTATION not in annotations:
         patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
     if not patch.ops:

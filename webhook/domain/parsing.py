@@ -70,7 +70,7 @@ def node_labels(obj: Any, path: str = "node") -> tuple[str, str, dict[str, str]]
     return name, version, _labels(meta.get("labels"), f"{path}.metadata.labels")
 
 
-def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
+def node(obj: Any, domain_labels: Sequence[str], path: str = "node", block_labels: Sequence[str] = ()) -> Node:
     obj = _map(obj, path)
     meta = _map(obj.get("metadata"), f"{path}.metadata")
     name = _str(meta.get("name"), f"{path}.metadata.name")
@@ -100,6 +100,7 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node") -> Node:
         compute_domain=labels.get(keys.COMPUTE_DOMAIN_LABEL) or None,
         unschedulable=bool(spec.get("unschedulable", False)),
         redfish_system=annotations.get(keys.REDFISH_SYSTEM_ANNOTATION) or None,
+        blocks=tuple(labels.get(key, "") for key in block_labels),
     )
 
 
@@ -233,6 +234,7 @@ def pod(obj: Any, path: str = "Pod", validated: bool = True) -> Pod:
         owners=tuple(owners),
         scheduler_name=_str(spec.get("schedulerName"), f"{path}.spec.schedulerName", "default-scheduler", limit),
         deleting=bool(meta.get("deletionTimestamp")),
+        rank=annotations.get(keys.COMPLETION_INDEX, labels.get(keys.COMPLETION_INDEX)),
     )
     # The groups other controllers put the pod in are read from their labels before only ours are kept.
     refs = workload_refs.pod_refs(parsed.namespace, parsed.name, labels, annotations, spec, f"{path}.spec")
@@ -255,6 +257,7 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
         template=_str(rct.get("name"), f"{path}.spec.channel.resourceClaimTemplate.name") or None,
         exclusive=annotations.get(keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true",
         spare_nodes=annotations.get(keys.SPARE_NODES_ANNOTATION),
+        segment_size=annotations.get(keys.SEGMENT_SIZE_ANNOTATION),
     )
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
-from webhook.domain import exclusive
+from webhook.domain import exclusive, segments
 from webhook.domain.capacity import attachable, free_local
 from webhook.domain.health import HealthPolicy, domain_health
 from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
@@ -128,7 +128,7 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
         why_held = held_by(n, group, snapshot)
         if why_held is not None:
             blocked[n.name] = why_held
-        elif group.one_pod_per_node and group.id in already.get(n.name, frozenset()):
+        elif group.one_pod_per_node and segments.runs_member(group, already.get(n.name, frozenset())):
             blocked[n.name] = OWN_MEMBER  # a node that already runs a member takes no second one
     before_holds = dict(local)
 

@@ -32,6 +32,9 @@ class Policy:
     fabric_health: HealthPolicy = "avoid"
     # Every ComputeDomain's group gets an NVLink domain of its own (webhook.domain.exclusive).
     exclusive_domains: bool = False
+    # Node labels of the network above the domains, lowest level first: all segments of a job land under
+    # one value of the lowest level that fits, else of the next (webhook.domain.segments).
+    block_labels: tuple[str, ...] = ()
 
     @property
     def affinity_topology_key(self) -> str:

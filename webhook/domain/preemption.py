@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from webhook.domain import capacity, filtering, grouping, placement
+from webhook.domain import capacity, filtering, grouping, placement, segments
 from webhook.domain.filtering import Context
 from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -113,7 +113,7 @@ def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[
         elif not placement.eligible(node, group, after):
             dropped[name] = ("node stays held by another ComputeDomain after the evictions (the NVIDIA DRA "
                              "driver allows one per node)")
-        elif group.one_pod_per_node and group.id in after.node_groups.get(name, frozenset()):
+        elif group.one_pod_per_node and segments.runs_member(group, after.node_groups.get(name, frozenset())):
             dropped[name] = "node already runs a pod of this ComputeDomain (one IMEX channel per node)"
         else:
             kept.append(name)

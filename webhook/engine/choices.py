@@ -129,6 +129,10 @@ class Choices:
         """Count ``res`` as promised in this process until ``store`` answers; call it under ``hold()``."""
         self._in_flight = MappingProxyType({**self._in_flight, res.group_id: res})
 
+    def land(self, res: Reservation) -> None:
+        """Stop counting ``res`` as in flight without storing it (a plan given up)."""
+        self._land(res)
+
     def _land(self, res: Reservation) -> None:
         with self._lock:
             if self._in_flight.get(res.group_id) is res:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from webhook.domain import filtering, repair, scoring
-from webhook.domain.model import Node, Pod
+from webhook.domain.model import Node, Pod, Reservation
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
@@ -91,9 +91,11 @@ def _choose(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView
             if ctx.proposal is None and now - res.created_at > core.policy.proposal_ttl / 2:
                 res = replace(res, created_at=now, holder=core.holder)  # renew an old promise first
             choices.fly(res)
+            for _, sibling in ctx.siblings:
+                choices.fly(sibling)
         what = f"{res.namespace}/{res.group_name}"
         try:
-            stored = choices.store(res, DomainArbiter(choices, core.snapshot, res, ctx.group, ctx.demand, allowed))
+            stored = _store_plan(core, ctx, res, allowed)
         except DomainFull as exc:
             log.info("choosing again for group %s: %s", what, exc)
             inputs = None
@@ -106,6 +108,26 @@ def _choose(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView
     raise DecisionError(f"could not reserve a domain for group {what}: other replicas "
                         f"promised each domain chosen to other groups first ({CHOOSE_ATTEMPTS} tries); "
                         "the scheduler retries")
+
+
+def _store_plan(core: Core, ctx: filtering.Context, res: Reservation, allowed: frozenset[str]) -> Reservation:
+    """The pod's reservation and, for a segment, the other segments of its job's plan first: the plan is
+    stored whole or not at all (a segment that no longer fits withdraws those stored before it)."""
+    choices = core.choices
+    assert ctx.group is not None
+    stored: list[str] = []
+    try:
+        for group, sibling in ctx.siblings:
+            choices.store(sibling, DomainArbiter(choices, core.snapshot, sibling, group, ctx.demand, allowed))
+            stored.append(sibling.group_id)
+        return choices.store(res, DomainArbiter(choices, core.snapshot, res, ctx.group, ctx.demand, allowed))
+    except BaseException:
+        for _, sibling in ctx.siblings:
+            choices.land(sibling)
+        choices.land(res)
+        for group_id in stored:
+            choices.forget(group_id)
+        raise
 
 
 def prioritize(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> list[tuple[str, int]]:

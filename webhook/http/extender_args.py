@@ -108,7 +108,7 @@ def parse_args(body: Mapping[str, Any], svc: Services) -> ParsedArgs:
     objects: dict[str, KubeObject] = {}
     candidates = []
     for i, item in enumerate(nodes["items"]):
-        node = parsing.node(item, policy.domain_labels, f"Nodes.items[{i}]")
+        node = parsing.node(item, policy.domain_labels, f"Nodes.items[{i}]", policy.block_labels)
         view[node.name] = node
         objects[node.name] = item
         candidates.append(node.name)

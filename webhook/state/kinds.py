@@ -36,8 +36,8 @@ def _workload(table: Table) -> Kind:
 
 
 ROWS: dict[str, Kind] = {
-    "Node": Kind(lambda policy, obj: parsing.node(obj, policy.domain_labels), lambda n: ("", n.name),
-                 "_node_changed", namespaced=False),
+    "Node": Kind(lambda policy, obj: parsing.node(obj, policy.domain_labels, block_labels=policy.block_labels),
+                 lambda n: ("", n.name), "_node_changed", namespaced=False),
     "ResourceSlice": Kind(lambda policy, obj: slices.resource_slice(obj, policy.gpu_drivers),
                           lambda s: ("", s.name), "_slice_changed", namespaced=False),
     "Pod": Kind(lambda _, obj: parsing.pod(obj, "pod"), lambda p: p.key, "_pod_changed"),

@@ -76,10 +76,18 @@ def _count(number: int) -> str:
     return digits if len(digits) <= 20 else digits[:20] + "..."
 
 
+MAX_BLOCK_LEVELS = 8  # network levels above a domain; real fabrics have two or three
+
+
 def _names(ns: argparse.Namespace) -> None:
     for key in ns.domain_label:
         if not is_label_key(key):
             raise SettingsError(f"--domain-label {_shown(key)}: expected {LABEL_KEY_RULE}")
+    for key in ns.block_label:
+        if not is_label_key(key):
+            raise SettingsError(f"--block-label {_shown(key)}: expected {LABEL_KEY_RULE}")
+    if len(ns.block_label) > MAX_BLOCK_LEVELS:
+        raise SettingsError(f"--block-label given {len(ns.block_label)} times: at most {MAX_BLOCK_LEVELS} levels")
     for name in ns.channel_device_class:
         if not is_dns_subdomain(name):
             raise SettingsError(f"--channel-device-class {_shown(name)}: expected {SUBDOMAIN_RULE}")
@@ -171,6 +179,7 @@ def _policy(ns: argparse.Namespace) -> Policy:
         reservation_ttl=ns.reservation_ttl,
         fabric_health=ns.fabric_health_policy,
         exclusive_domains=ns.exclusive_domains,
+        block_labels=tuple(ns.block_label),
     )
     if policy.ttl_problems():
         raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: " + "; ".join(policy.ttl_problems()))

@@ -110,6 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pol.add_argument("--exclusive-domains", action="store_true", default=policy.exclusive_domains,
                      help="give every ComputeDomain an NVLink domain no other ComputeDomain uses, as the "
                           "annotation imex-webhook.io/exclusive-domain=true does for one")
+    pol.add_argument("--block-label", action="append", default=[], metavar="KEY",
+                     help="node label of the network block above the NVLink domains (a spine, a switch block); "
+                          "repeatable, lowest level first: all segments of a segmented job land under one value "
+                          "of the lowest level that fits, else of the next (default: none)")
     pol.add_argument("--reservation-ttl", type=float, default=policy.reservation_ttl,
                      help="seconds a reservation lives with no member placed (default %(default)s; at least "
                           f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")

@@ -1,0 +1,88 @@
+"""Jobs larger than one NVLink domain through the real kube-scheduler (docs/SCHEDULER.md, "Jobs larger than one
+NVLink domain"): an Indexed Job's ComputeDomain annotated imex-webhook.io/segment-size is placed as whole
+segments, each in one clique, neighbouring ranks together; admission gives each segment its own required pod
+affinity, which kube-scheduler's InterPodAffinity enforces. Racks a (4 nodes) and b (3) take device-plugin pods.
+With --block-label, a job no network block can hold is refused before any pod binds, its reason naming the
+shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e import objects, scenario
+from tests.e2e.conftest import GPUS_PER_NODE, RealCluster, rack_of
+from tests.e2e.kubeapi import eventually
+from webhook.domain import keys
+
+pytestmark = pytest.mark.realcluster
+
+BLOCK = "network.example.com/block"
+
+
+def _job(cluster: RealCluster, ns: str, name: str, pods: int, per: int) -> list[str]:
+    body = objects.computedomain(ns, name, pods)
+    body["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(per)}
+    cd = cluster.api.create(body)
+    cluster.api.create(objects.channel_template(ns, name, cd["metadata"]["uid"]))
+    job = cluster.api.create(objects.job(ns, name, pods))
+    names = []
+    for rank in range(pods):  # as the Indexed Job controller makes them: the index as annotation and label
+        index = {keys.COMPLETION_INDEX: str(rank)}
+        cluster.api.create(objects.pod(ns, f"{name}-{rank}", gpus=GPUS_PER_NODE, claims=[scenario.channel(name)],
+                                       annotations=index, labels=index, owner=job))
+        names.append(f"{name}-{rank}")
+    return names
+
+
+def _racks_by_segment(placed: dict[str, str], per: int) -> list[set[str]]:
+    count = -(-len(placed) // per)
+    return [{rack_of(placed[f"{name.rsplit('-', 1)[0]}-{rank}"]) for name in placed
+             for rank in range(s * per, min((s + 1) * per, len(placed)))} for s in range(count)]
+
+
+@pytest.mark.parametrize(("pods", "per", "expected"), [
+    (6, 3, [{"a"}, {"b"}]),  # two racks, one segment each
+    (6, 2, [{"a"}, {"a"}, {"b"}]),  # rack a takes two segments
+], ids=["2 segments over two racks", "3 segments, one rack takes two"])
+def test_a_job_larger_than_any_rack_lands_in_whole_segments(real_cluster: RealCluster, pods: int, per: int,
+                                                            expected: list[set[str]]) -> None:
+    ns = real_cluster.namespace(f"segments-{per}")
+    try:
+        names = _job(real_cluster, ns, "train", pods, per)
+        placed = real_cluster.wait_bound(ns, names, timeout=90)
+        assert _racks_by_segment(placed, per) == expected, placed
+        assert len(set(placed.values())) == pods  # one member per node, across segments too
+        stored = {p["metadata"]["name"]: p for p in real_cluster.api.list("Pod", ns)}
+        labels = {stored[n]["metadata"]["labels"][keys.GROUP_LABEL] for n in names}
+        assert len(labels) == len(expected)  # a required co-location per segment, not per job
+    finally:
+        real_cluster.cleanup(ns)
+
+
+def test_a_job_no_network_block_can_hold_is_refused_naming_its_shape(real_cluster: RealCluster) -> None:
+    racks = {"a": "block-1", "b": "block-2"}
+    nodes = [n["metadata"]["name"] for n in real_cluster.api.list("Node") if rack_of(n["metadata"]["name"]) in racks]
+    ns = real_cluster.namespace("segments-block")
+    real_cluster.stop_extender()
+    try:
+        for node in nodes:
+            real_cluster.api.merge_patch("Node", None, node, {"metadata": {"labels": {BLOCK: racks[rack_of(node)]}}})
+        real_cluster.start_extender("imex-webhook", "--block-label", BLOCK)
+        names = _job(real_cluster, ns, "train", 6, 3)
+
+        def refused() -> str | None:
+            pod = real_cluster.api.get("Pod", ns, names[0])
+            conditions = pod.get("status", {}).get("conditions", [])
+            return next((c["message"] for c in conditions if c.get("reason") == "Unschedulable"
+                         and "no plan holds" in c.get("message", "")), None)
+
+        message = eventually(refused, 60, what="the FailedScheduling reason of the job's first pod")
+        assert "job segments-block/train (6 pods in 2 segments of 3" in message, message
+        assert f"under any one value of {BLOCK}" in message, message
+        assert not [p for p in real_cluster.api.list("Pod", ns) if p["spec"].get("nodeName")]
+    finally:
+        real_cluster.cleanup(ns)
+        real_cluster.stop_extender()
+        for node in nodes:
+            real_cluster.api.merge_patch("Node", None, node, {"metadata": {"labels": {BLOCK: None}}})
+        real_cluster.start_extender()

@@ -1,0 +1,115 @@
+"""Jobs larger than one NVLink domain, cut into whole segments (docs/SCHEDULER.md, "Jobs larger than one
+NVLink domain").
+
+A group whose ComputeDomain (or pods) carries ``imex-webhook.io/segment-size: "N"`` is placed as
+ceil(size / N) segments of N pods (the last takes the rest). Each segment is a group of its own, with its
+own identity (``<job id>#s<index>``), reservation and group label, so that everything that keeps a group
+in one domain keeps a segment in one: the required pod affinity added at admission, the extender's
+filter, preemption, repair. What ties the segments of a job together is the plan
+(``webhook.domain.segment_plan``): the whole job's capacity is checked, across as few domains as possible
+and under one network block, before any segment is reserved.
+
+A member belongs to segment floor(rank / N), where its rank is the Job completion index
+(``batch.kubernetes.io/job-completion-index``, the Indexed Job's and JobSet's children's pods carry it), so
+that neighbouring ranks share NVLink. A pod without one cannot be given its segment at admission and is
+refused with the reason; without the annotation nothing changes (one domain for the whole group).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Set
+from dataclasses import replace
+
+from webhook.domain import keys
+from webhook.domain.model import ComputeDomain, Group, Pod, Segment
+from webhook.wire.text import shown
+
+# Segments of one job: a job of 20,000 trays in segments of one tray. The bound keeps plans linear.
+MAX_SEGMENTS = 20_000
+COMPLETION_INDEX = keys.COMPLETION_INDEX
+_DIGITS = re.compile(r"[0-9]{1,6}")
+SEPARATOR = "#s"
+
+
+def segment_id(job_id: str, index: int) -> str:
+    return f"{job_id}{SEPARATOR}{index}"
+
+
+def job_of(group_id: str) -> str:
+    """The job's group id of a segment's id; the id itself for any other group."""
+    job, sep, index = group_id.rpartition(SEPARATOR)
+    return job if sep and index.isdigit() else group_id
+
+
+def parse(raw: str) -> int | None:
+    text = raw.strip()
+    return int(text) if _DIGITS.fullmatch(text) and int(text) > 0 else None
+
+
+def requested(annotations: Mapping[str, str], cd: ComputeDomain | None) -> tuple[int | None, str | None]:
+    """(pods per segment the group asks for or None, why the request is unusable or None)."""
+    raw, where = annotations.get(keys.SEGMENT_SIZE_ANNOTATION), "the pod's"
+    if raw is None and cd is not None and cd.segment_size is not None:
+        raw, where = cd.segment_size, f"ComputeDomain {cd.namespace}/{cd.name}'s"
+    if raw is None:
+        return None, None
+    value = parse(raw)
+    if value is None:
+        return None, (f"{where} annotation {keys.SEGMENT_SIZE_ANNOTATION}={shown(raw)} is not a segment size: write "
+                      "the pods per segment as a positive whole number in digits (e.g. '18'), or remove it")
+    return value, None
+
+
+def rank(pod: Pod) -> tuple[int | None, str | None]:
+    """(the member's rank, why its rank is unusable): the Job completion index, from the annotation or the
+    label the job controller writes."""
+    raw = pod.rank
+    if raw is None:
+        return None, None
+    value = raw.strip()
+    if not _DIGITS.fullmatch(value):
+        return None, f"the pod's {COMPLETION_INDEX}={shown(raw)} is not an index"
+    return int(value), None
+
+
+def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None) -> tuple[Group, int | None,
+                                                                                          list[str]]:
+    """The pod's segment group and its size, or the group unchanged when it is not segmented (no annotation,
+    or a job that fits one segment); with the problems that keep the pod from a segment."""
+    per, problem = requested(pod.annotations, cd)
+    if problem:
+        return group, size, [problem]
+    if per is None or (size is not None and size <= per):
+        return group, size, []
+    what = f"{keys.SEGMENT_SIZE_ANNOTATION}={per}"
+    if size is None:
+        return group, size, [f"{what} needs the job's size (ComputeDomain numNodes, {keys.GROUP_SIZE_ANNOTATION} or "
+                             "the Job's parallelism): without it the segments cannot be counted"]
+    count = -(-size // per)
+    if count > MAX_SEGMENTS:
+        return group, size, [f"{what} cuts {size} pods into {count} segments; at most {MAX_SEGMENTS} are planned"]
+    index, problem = rank(pod)
+    if problem or index is None:
+        return group, size, [f"{what}: a member is put in segment floor(rank / {per}) by its rank, and "
+                             + (problem or f"the pod has no rank ({COMPLETION_INDEX}): use an Indexed Job")]
+    if index >= size:
+        return group, size, [f"{what}: the pod's rank {index} is beyond the job's {size} pods"]
+    seg = Segment(job_id=group.id, job_name=group.name, index=index // per, count=count, size=per, job_size=size)
+    return sibling(group, seg, seg.index), seg.pods(), []
+
+
+def sibling(group: Group, seg: Segment, index: int) -> Group:
+    """Segment ``index`` of the job ``seg`` belongs to, as a group (built from any segment's group)."""
+    return replace(group, id=segment_id(seg.job_id, index), name=f"{seg.job_name}{SEPARATOR}{index}",
+                   segment=replace(seg, index=index))
+
+
+def runs_member(group: Group, groups_on_node: Set[str]) -> bool:
+    """Whether a node already runs a member of the group's job (any of its segments, for a segment): one
+    member of a ComputeDomain per node, as its one IMEX channel per node allows."""
+    if group.id in groups_on_node:
+        return True
+    if group.segment is None:
+        return False
+    return any(job_of(g) == group.segment.job_id for g in groups_on_node)
