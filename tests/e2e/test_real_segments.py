@@ -55,6 +55,10 @@ def test_a_job_larger_than_any_rack_lands_in_whole_segments(real_cluster: RealCl
         stored = {p["metadata"]["name"]: p for p in real_cluster.api.list("Pod", ns)}
         labels = {stored[n]["metadata"]["labels"][keys.GROUP_LABEL] for n in names}
         assert len(labels) == len(expected)  # a required co-location per segment, not per job
+        segments = sorted(r["spec"]["segment"]["index"] for r in real_cluster.api.list("DomainReservation")
+                          if r["spec"].get("segment", {}).get("jobName") == "train"
+                          and r["spec"]["namespace"] == ns)
+        assert segments == list(range(len(expected)))  # stored, and accepted by the CRD's validation
     finally:
         real_cluster.cleanup(ns)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook.domain.model import Reservation
+from webhook.domain.model import Reservation, Segment
 from webhook.errors import WireError
 from webhook.wire import domain_reservation as dr
 
@@ -130,3 +130,44 @@ def test_anything_else_is_refused_with_a_wire_error_or_read_as_no_ledger(hostile
     assert not dr.is_ledger(hostile)
     with pytest.raises(WireError):
         dr.parse_reservation(hostile, Reservation)
+
+
+SEGMENT = Segment("cd:uid", "train", 1, 3, 18, 40)
+SEGMENT_RES = Reservation("cd:uid#s1", "train#s1", "ml", "clique-0.1", 18, 4, True, 1_700_000_000.0,
+                          holder="replica-a", version="3", segment=SEGMENT)
+
+
+def _segment_reservation() -> dict[str, Any]:
+    obj: dict[str, Any] = dict(dr.reservation_object(SEGMENT_RES, "replica-a"))
+    obj["metadata"]["resourceVersion"] = "3"
+    return obj
+
+
+def test_a_segments_reservation_round_trips_where_it_stands_in_its_job() -> None:
+    obj = _segment_reservation()
+    assert obj["spec"]["segment"] == {"jobId": "cd:uid", "jobName": "train", "index": 1, "count": 3, "size": 18,
+                                      "jobSize": 40}
+    assert dr.parse_reservation(obj, Reservation, Segment) == SEGMENT_RES
+    assert "segment" not in dr.ledger_object("clique-0.1", [SEGMENT_RES])["spec"]["promises"][0]
+
+
+@pytest.mark.parametrize(("field", "value", "path"), [
+    ("index", 3, "spec.segment.index"), ("index", -1, "spec.segment.index"), ("count", 0, "spec.segment.count"),
+    ("count", 10**12, "spec.segment.count"), ("size", "18", "spec.segment.size"), ("jobSize", 60, "spec.segment"),
+    ("jobId", "cd:other", "spec.segment.jobId"), ("jobId", None, "spec.segment.jobId"),
+    ("index", True, "spec.segment.index"),
+])
+def test_a_malformed_segment_is_a_wire_error_naming_the_field(field: str, value: Any, path: str) -> None:
+    obj = _segment_reservation()
+    obj["spec"]["segment"][field] = value
+    with pytest.raises(WireError) as err:
+        dr.parse_reservation(obj, Reservation, Segment)
+    assert err.value.path == path
+
+
+@pytest.mark.parametrize("hostile", ["x", 7, [], {"index": {"deep": [[[]]]}}])
+def test_a_segment_of_the_wrong_type_is_refused(hostile: Any) -> None:
+    obj = _segment_reservation()
+    obj["spec"]["segment"] = hostile
+    with pytest.raises(WireError):
+        dr.parse_reservation(obj, Reservation, Segment)

@@ -69,7 +69,7 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
         reservation = Reservation(
             group_id=group.id, group_name=group.name, namespace=group.namespace, domain=node.domain,
             size=max(resolution.size or 0, seen, placed + 1), gpus_per_pod=need.gpus,
-            one_pod_per_node=group.one_pod_per_node, created_at=now, holder=holder,
+            one_pod_per_node=group.one_pod_per_node, created_at=now, holder=holder, segment=group.segment,
         )
     if reservation.domain != node.domain:
         # A proposal this replica made for another domain: the filter since allowed this node's domain.

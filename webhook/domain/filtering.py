@@ -139,7 +139,7 @@ def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapsh
         return Reservation(group_id=member.id, group_name=member.name, namespace=member.namespace,
                            domain=planned.domains[member.segment.index], size=seg.pods(member.segment.index),
                            gpus_per_pod=need.gpus, one_pod_per_node=member.one_pod_per_node, created_at=now,
-                           holder=holder)
+                           holder=holder, segment=member.segment)
 
     own = proposal(group)
     siblings = tuple((g, proposal(g)) for i in range(seg.count) if i != seg.index

@@ -27,6 +27,8 @@ def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
         "holder": res.holder,
         "spares": res.spares,
         "state": "reserved" if stored else "proposed",
+        **({"segment": {"job": res.segment.job_name, "index": res.segment.index, "count": res.segment.count}}
+           if res.segment is not None else {}),
     }
 
 

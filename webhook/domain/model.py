@@ -296,6 +296,7 @@ class Reservation:
     holder: str = ""  # which replica created it
     version: str = ""  # resourceVersion, for guarded updates
     spares: int = 0  # more members' worth of the domain held for the group's replacements (webhook.domain.spares)
+    segment: Segment | None = None  # where a segment's reservation stands in its job (webhook.domain.segments)
 
     def expired(self, now: float, ttl: float) -> bool:
         """True when no member was placed within ``ttl`` seconds of creation or of the last placement."""

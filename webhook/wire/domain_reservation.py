@@ -27,6 +27,8 @@ from webhook.wire.fields import map_, str_at
 from webhook.wire.text import shown
 from webhook.wire.timestamps import parse_rfc3339, rfc3339
 
+# Segments of one job (webhook.domain.segments.MAX_SEGMENTS), as the CRD's schema bounds spec.segment.count.
+MAX_SEGMENTS = 20_000
 # Spare nodes a reservation may hold (webhook.domain.spares), as the CRD's schema bounds spec.spareNodes:
 # enough for a few failed trays of any rack, too few for one group to hold a whole cluster.
 MAX_SPARE_NODES = 64
@@ -54,6 +56,17 @@ class Promise(TypedDict):
     spareNodes: NotRequired[int]
 
 
+class SegmentSpec(TypedDict):
+    """``spec.segment`` of a segment's reservation: where it stands in its job (docs/SCHEDULER.md)."""
+
+    jobId: str
+    jobName: str
+    index: int
+    count: int
+    size: int
+    jobSize: int
+
+
 class DomainReservationSpec(TypedDict, total=False):
     """A reservation has every field but ``promises``; a ledger only ``domain`` and ``promises``."""
 
@@ -65,6 +78,7 @@ class DomainReservationSpec(TypedDict, total=False):
     gpusPerPod: int
     onePodPerNode: bool
     spareNodes: int
+    segment: SegmentSpec
     holder: str
     createdAt: str
     placedAt: str
@@ -103,6 +117,25 @@ class ReservationFields(Protocol):
     def holder(self) -> str: ...
     @property
     def spares(self) -> int: ...
+    @property
+    def segment(self) -> SegmentFields | None: ...
+
+
+class SegmentFields(Protocol):
+    """What ``spec.segment`` is written from (``webhook.domain.model.Segment`` has it)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def job_size(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +170,13 @@ def _spec(res: ReservationFields, holder: str) -> DomainReservationSpec:
 
 
 def reservation_object(res: ReservationFields, holder: str) -> DomainReservation:
+    spec = _spec(res, holder)
+    seg = res.segment
+    if seg is not None:
+        spec["segment"] = {"jobId": seg.job_id, "jobName": seg.job_name, "index": seg.index, "count": seg.count,
+                           "size": seg.size, "jobSize": seg.job_size}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-            "metadata": {"name": reservation_name(res.group_id)}, "spec": _spec(res, holder)}
+            "metadata": {"name": reservation_name(res.group_id)}, "spec": spec}
 
 
 def with_placed_at(obj: Mapping[str, Any], when: float) -> dict[str, Any]:
@@ -177,7 +215,8 @@ def _time(fields: Mapping[str, Any], key: str, path: str) -> float | None:
     return None if value in (None, "") else parse_rfc3339(value, f"{path}.{key}")
 
 
-def _record(spec: Mapping[str, Any], meta: Mapping[str, Any], path: str, make: Callable[..., R]) -> R:
+def _record(spec: Mapping[str, Any], meta: Mapping[str, Any], path: str, make: Callable[..., R],
+            **extra: Any) -> R:
     one_pod = spec.get("onePodPerNode", False)
     if not isinstance(one_pod, bool):
         raise WireError(f"{path}.onePodPerNode", f"expected bool, got {shown(one_pod)}")
@@ -188,7 +227,7 @@ def _record(spec: Mapping[str, Any], meta: Mapping[str, Any], path: str, make: C
         size=_required(spec, "size", path, int), gpus_per_pod=_required(spec, "gpusPerPod", path, int),
         one_pod_per_node=one_pod, created_at=created or 0.0, placed_at=_time(spec, "placedAt", path),
         holder=str_at(spec, "holder", path), version=str_at(meta, "resourceVersion", "metadata"),
-        spares=_spares(spec, path))
+        spares=_spares(spec, path), **extra)
 
 
 def _spares(spec: Mapping[str, Any], path: str) -> int:
@@ -206,12 +245,34 @@ def _parts(obj: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     return map_(obj.get("spec"), "spec"), map_(obj.get("metadata"), "metadata")
 
 
-def parse_reservation(obj: Any, make: Callable[..., R]) -> R:
+def parse_reservation(obj: Any, make: Callable[..., R], make_segment: Callable[..., Any] | None = None) -> R:
     """A group's reservation as the API server returns it, built by ``make`` from keyword arguments named
     as the fields of ``webhook.domain.model.Reservation`` (times in unix seconds; ``version`` is
-    ``metadata.resourceVersion``); a malformed one raises ``WireError``."""
+    ``metadata.resourceVersion``; ``segment`` built by ``make_segment`` from those of ``Segment``, when the
+    reservation is a segment's and ``make_segment`` is given); a malformed one raises ``WireError``."""
     spec, meta = _parts(obj)
-    return _record(spec, meta, "spec", make)
+    if make_segment is None or spec.get("segment") is None:
+        return _record(spec, meta, "spec", make)
+    segment = _segment(spec["segment"], _required(spec, "groupId", "spec", str), make_segment)
+    return _record(spec, meta, "spec", make, segment=segment)
+
+
+def _segment(raw: Any, group_id: str, make: Callable[..., Any]) -> Any:
+    path = "spec.segment"
+    fields = map_(raw, path)
+    ints = {key: _required(fields, key, path, int) for key in ("index", "count", "size", "jobSize")}
+    job_id = _required(fields, "jobId", path, str)
+    if not 1 <= ints["count"] <= MAX_SEGMENTS:
+        raise WireError(f"{path}.count", f"expected 1 to {MAX_SEGMENTS} segments, got {ints['count']}")
+    if not 0 <= ints["index"] < ints["count"]:
+        raise WireError(f"{path}.index", f"expected 0 to {ints['count'] - 1}, got {ints['index']}")
+    if ints["size"] < 1 or -(-ints["jobSize"] // ints["size"]) != ints["count"]:
+        raise WireError(path, f"{ints['jobSize']} pods in segments of {ints['size']} are not {ints['count']} segments")
+    if group_id != f"{job_id}#s{ints['index']}":
+        raise WireError(f"{path}.jobId", f"segment {ints['index']} of job {shown(job_id)} is not group "
+                                         f"{shown(group_id)}")
+    return make(job_id=job_id, job_name=str_at(fields, "jobName", path), index=ints["index"], count=ints["count"],
+                size=ints["size"], job_size=ints["jobSize"])
 
 
 def parse_ledger(obj: Any, make: Callable[..., R]) -> LedgerRecord[R]:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 from webhook.adapters.kube.api import Api, ApiError, Timeout
 from webhook.adapters.kube.cache import WatchedCache
 from webhook.adapters.kube.resources import DOMAIN_RESERVATIONS
-from webhook.domain.model import Reservation
+from webhook.domain.model import Reservation, Segment
 from webhook.engine.ports import Arbiter
 from webhook.errors import DecisionError, DomainFull, WireError
 from webhook.wire import domain_reservation as dr
@@ -56,7 +56,7 @@ def decode(obj: Mapping[str, Any]) -> Entry | Ledger:
     if dr.is_ledger(obj):
         record = dr.parse_ledger(obj, Reservation)
         return Ledger(record.domain, record.promises, record.version, copy.deepcopy(dict(obj)))
-    return Entry(dr.parse_reservation(obj, Reservation), copy.deepcopy(dict(obj)))
+    return Entry(dr.parse_reservation(obj, Reservation, Segment), copy.deepcopy(dict(obj)))
 
 
 def kept(cache: WatchedCache[Entry | Ledger], answer: Mapping[str, Any], shape: type[S]) -> S:

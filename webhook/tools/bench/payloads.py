@@ -26,6 +26,11 @@ MEASURED_CD = "bench-train"  # the group whose second pod the HTTP benchmark fil
 MEASURED_SIZE = 8
 FRESH_CD = "bench-fresh"  # a group no pod of which has been placed: the domain choice runs
 FRESH_SIZE = 16
+# A job larger than one domain (docs/SCHEDULER.md, "Jobs larger than one NVLink domain"): 5,000 pods of 4 GPUs,
+# one per tray, in segments of one clique. Smaller clusters get the job their free cliques hold.
+SEGMENTED_CD = "bench-huge"
+SEGMENTED_PODS = 5000
+SEGMENT_SIZE = CLIQUE_SIZE
 
 Obj = dict[str, Any]
 
@@ -125,15 +130,35 @@ def pod(name: str, cd: str | None, node: str | None = None, phase: str = "Pendin
     return demo.pod(name, cd, GPUS_PER_NODE, node=node, phase=phase, namespace=NAMESPACE)
 
 
+def busy_trays(clique: int) -> int:
+    """Trays of ``clique`` that running jobs use: every third clique fully, every other one partly."""
+    return CLIQUE_SIZE if clique % 3 == 0 else (clique * 7) % CLIQUE_SIZE if clique % 2 else 0
+
+
+def segmented_job_pods(nodes: int) -> int:
+    """Pods of the segmented job on a cluster of ``nodes``: 5,000, or what its wholly free cliques hold
+    (a segment takes a whole clique, one pod per tray) where that is less."""
+    free = sum(1 for clique in range(nodes // CLIQUE_SIZE) if busy_trays(clique) == 0)
+    return min(SEGMENTED_PODS, free * SEGMENT_SIZE)
+
+
+def segmented_cd_objects(nodes: int) -> list[Obj]:
+    """The segmented job's ComputeDomain, annotated with its segment size, and its channel template."""
+    out = cd_objects(SEGMENTED_CD, max(segmented_job_pods(nodes), 1))
+    out[0]["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(SEGMENT_SIZE)}
+    return out
+
+
 def cluster_objects(nodes: int) -> list[Obj]:
     """``nodes`` lean nodes in cliques of 18, the measured ComputeDomains, and running jobs that fill
-    about half of the cliques (every third clique fully, every other one partly), so the domain
-    choice has to look at used and free capacity, as in a busy cluster."""
+    about half of the cliques (``busy_trays``), so the domain choice has to look at used and free
+    capacity, as in a busy cluster."""
     out: list[Obj] = [lean_node(i) for i in range(nodes)]
     out += cd_objects(MEASURED_CD, MEASURED_SIZE) + cd_objects(FRESH_CD, FRESH_SIZE)
+    out += segmented_cd_objects(nodes)
     cliques = (nodes + CLIQUE_SIZE - 1) // CLIQUE_SIZE
     for clique in range(cliques):
-        used = CLIQUE_SIZE if clique % 3 == 0 else (clique * 7) % CLIQUE_SIZE if clique % 2 else 0
+        used = busy_trays(clique)
         members = [i for i in range(clique * CLIQUE_SIZE, min(nodes, (clique + 1) * CLIQUE_SIZE))][:used]
         if not members:
             continue
@@ -169,6 +194,16 @@ def scheduled_pod(name: str, cd: str) -> Obj:
                             "generateName": f"{cd}-"})
     obj["spec"].update({"serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
                         "dnsPolicy": "ClusterFirst", "priority": 0, "enableServiceLinks": True})
+    return obj
+
+
+def segment_pod(rank: int) -> Obj:
+    """Member ``rank`` of the segmented job as an Indexed Job's pod reaches the scheduler: its completion
+    index as annotation and label, which puts it in segment floor(rank / 18)."""
+    obj = scheduled_pod(f"{SEGMENTED_CD}-{rank}", SEGMENTED_CD)
+    meta = obj["metadata"]
+    meta["annotations"][keys.COMPLETION_INDEX] = str(rank)
+    meta["labels"].update({keys.COMPLETION_INDEX: str(rank), "batch.kubernetes.io/job-name": SEGMENTED_CD})
     return obj
 
 
