@@ -19,9 +19,12 @@ pytestmark = pytest.mark.realcluster
 BLOCK = "network.example.com/block"
 
 
-def _job(cluster: RealCluster, ns: str, name: str, pods: int, per: int) -> list[str]:
+def _job(cluster: RealCluster, ns: str, name: str, pods: int, per: int | None,
+         placement: str | None = None) -> list[str]:
     body = objects.computedomain(ns, name, pods)
-    body["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(per)}
+    body["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(per)} if per else {}
+    if placement:
+        body["metadata"]["annotations"][keys.PLACEMENT_ANNOTATION] = placement
     cd = cluster.api.create(body)
     cluster.api.create(objects.channel_template(ns, name, cd["metadata"]["uid"]))
     job = cluster.api.create(objects.job(ns, name, pods))
@@ -90,3 +93,20 @@ def test_a_job_no_network_block_can_hold_is_refused_naming_its_shape(real_cluste
         for node in nodes:
             real_cluster.api.merge_patch("Node", None, node, {"metadata": {"labels": {BLOCK: None}}})
         real_cluster.start_extender()
+
+
+def test_a_preferred_job_no_rack_holds_falls_back_to_the_largest_segments_that_fit(real_cluster: RealCluster) -> None:
+    ns = real_cluster.namespace("segments-preferred")
+    try:
+        names = _job(real_cluster, ns, "train", 6, None, placement="preferred")
+        placed = real_cluster.wait_bound(ns, names, timeout=90)
+        # No rack holds 6; rack a holds 4, so segments of 4 (ranks 0-3) and 2 (ranks 4-5), never one pod alone.
+        assert [rack_of(placed[f"train-{r}"]) for r in range(6)] == ["a"] * 4 + ["b"] * 2, placed
+        stored = [r["spec"] for r in real_cluster.api.list("DomainReservation")
+                  if r["spec"].get("namespace") == ns and "segment" in r["spec"]]
+        assert sorted((s["segment"]["index"], s["size"], s["segment"].get("preferred")) for s in stored) == [
+            (0, 4, True), (1, 2, True)]
+        pods = real_cluster.api.list("Pod", ns)
+        assert not any("podAffinity" in str(p["spec"].get("affinity")) for p in pods)  # the extender keeps each part
+    finally:
+        real_cluster.cleanup(ns)

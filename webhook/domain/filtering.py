@@ -9,7 +9,7 @@ could fit once other pods finish are merely failed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from webhook.domain import candidates as candidates_
@@ -18,6 +18,8 @@ from webhook.domain.capacity import Verdict
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
+
+PREFERRED = "imex-webhook.io/placement=preferred"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,10 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
                        f"domain {origin} for the group at {existing.created_at:.0f}", pod_uid=pod.uid)
     if group.segment is not None:
         return _segment_context(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates)
+    if group.preferred:
+        split = _split_already(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates)
+        if split is not None:
+            return split
     known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
     choice = placement.choose(
         group, resolution.size, need, snapshot,
@@ -103,6 +109,9 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         health=policy.fabric_health,
         policy=policy,
     )
+    running = any(m.pod.node_name for m in snapshot.members.get(group.id, ()))
+    if choice.domain is None and group.preferred and not running:  # a running job is not split afterwards
+        return _split(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates, choice.reason)
     if choice.domain is None:
         return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later, pod.uid)
     _, placed, _ = placement.members_summary(snapshot.members.get(group.id, ()))
@@ -121,16 +130,68 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
     return Context(resolution, need, choice.domain, proposal, proposal, choice.reason, pod_uid=pod.uid)
 
 
+def _split_already(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
+                   proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
+                   candidates: Sequence[str] | None) -> Context | None:
+    """A preferred job whose split this pod's catalog does not show yet, though its segments are promised:
+    the pod's segment at the size chosen."""
+    group = resolution.group
+    assert group is not None
+    live = live_reservations(snapshot, proposals, policy, now)
+    sizes = {r.segment.size for r in live.values() if r.segment is not None and r.segment.job_id == group.id}
+    if not sizes or resolution.size is None:
+        return None
+    member, size, problems = segments.at_rank(group, resolution.size, min(sizes), pod, PREFERRED)
+    at = replace(resolution, group=member, size=size, problems=tuple(problems))
+    if problems:
+        return Context(at, need, None, None, None, "; ".join(problems), pod_uid=pod.uid)
+    existing = current_reservation(member, snapshot, proposals, policy, now)
+    if existing is not None:
+        return Context(at, need, existing.domain, existing, None, "domain of the job's segment", pod_uid=pod.uid)
+    return _segment_context(pod, at, need, snapshot, proposals, policy, now, holder, candidates)
+
+
+def _split(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
+           proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
+           candidates: Sequence[str] | None, whole: str) -> Context:
+    """A preferred job no domain holds whole now: the largest segments that fit, by rank."""
+    group = resolution.group
+    assert group is not None
+    size = resolution.size
+    if size is None or size < 4:  # fewer than two segments of two: no split leaves no member alone
+        return Context(resolution, need, None, None, None, whole, True, pod.uid)
+    asked, _ = segments.requested(pod.annotations, snapshot.catalog.compute_domains.get(group.compute_domain or ""))
+
+    def at(per: int) -> Group | str:
+        member, _, problems = segments.at_rank(group, size, per, pod, PREFERRED)
+        return "; ".join(problems) if problems else member
+
+    live = live_reservations(snapshot, proposals, policy, now)
+    found = segment_plan.preferred_split(group, size, need, snapshot, live,
+                                         set(candidates) if candidates is not None else None, policy, at, asked)
+    if isinstance(found, str):
+        return Context(resolution, need, None, None, None, f"{whole}; {PREFERRED}: {found}", True, pod.uid)
+    member, planned = found
+    assert member.segment is not None
+    note = (f"{PREFERRED}: no domain holds all {size} pods now ({whole}), so the job is split into "
+            f"{member.segment.count} segments of {member.segment.size}: ")
+    at_member = replace(resolution, group=member, size=member.segment.pods())
+    return _segment_context(pod, at_member, need, snapshot, proposals, policy, now, holder, candidates,
+                            planned, note)
+
+
 def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
                      proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
-                     candidates: Sequence[str] | None) -> Context:
+                     candidates: Sequence[str] | None, planned: segment_plan.Plan | None = None,
+                     note: str = "") -> Context:
     """A segment without a reservation: plan the whole job, propose this segment's domain and the others'."""
     group = resolution.group
     assert group is not None and group.segment is not None
     seg = group.segment
     live = live_reservations(snapshot, proposals, policy, now)
-    planned = segment_plan.plan(group, need, snapshot, live, set(candidates) if candidates is not None else None,
-                                policy)
+    if planned is None:
+        planned = segment_plan.plan(group, need, snapshot, live,
+                                    set(candidates) if candidates is not None else None, policy)
     if planned.domains is None:
         return Context(resolution, need, None, None, None, planned.reason, planned.resolvable_later, pod.uid)
 
@@ -145,7 +206,8 @@ def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapsh
     siblings = tuple((g, proposal(g)) for i in range(seg.count) if i != seg.index
                      and (g := segments.sibling(group, seg, i)).id not in live
                      and repair.running_domain(g, snapshot) is None)
-    return Context(resolution, need, own.domain, own, own, planned.reason, pod_uid=pod.uid, siblings=siblings)
+    return Context(resolution, need, own.domain, own, own, note + planned.reason, pod_uid=pod.uid,
+                   siblings=siblings)
 
 
 def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,

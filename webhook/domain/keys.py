@@ -24,6 +24,9 @@ SPARE_NODES_ANNOTATION = f"{PREFIX}/spare-nodes"
 # "N" on a ComputeDomain (or its pods): a job larger than one NVLink domain is placed as segments of N pods,
 # each segment wholly in one domain, members mapped to segments by their rank (webhook.domain.segments).
 SEGMENT_SIZE_ANNOTATION = f"{PREFIX}/segment-size"
+# "required" (the default) or "preferred" on a ComputeDomain (or its pods): a preferred job takes one domain
+# when one fits, else is split into as few domains as possible (webhook.domain.segments).
+PLACEMENT_ANNOTATION = f"{PREFIX}/placement"
 GROUP_LABEL = f"{PREFIX}/group"
 # The Indexed Job controller's rank of a pod (annotation and label): a member's segment (webhook.domain.segments).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

@@ -137,6 +137,7 @@ class ComputeDomain:
     exclusive: bool = False  # imex-webhook.io/exclusive-domain: "true" (webhook.domain.exclusive)
     spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.spares)
     segment_size: str | None = None  # imex-webhook.io/segment-size as written (webhook.domain.segments)
+    placement: str | None = None  # imex-webhook.io/placement as written (webhook.domain.segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +212,9 @@ class Catalog:
     pod_groups: Mapping[ObjectKey, GangGroup] = field(default_factory=dict)
     gang_workloads: Mapping[ObjectKey, GangWorkload] = field(default_factory=dict)
     controllers: Mapping[tuple[str, str, str], ControllerObject] = field(default_factory=dict)  # kind, ns, name
+    # Pods per segment of the preferred jobs split at their first filter, by the job's group id (from their
+    # segments' reservations): the jobs' members belong to those segments (webhook.domain.segments).
+    split_jobs: Mapping[str, int] = field(default_factory=dict)
 
 
 class GroupKind(enum.StrEnum):
@@ -235,6 +239,7 @@ class Group:
     exclusive: bool = False  # wants an NVLink domain no other ComputeDomain uses (webhook.domain.exclusive)
     spares: int = 0  # nodes of its domain its reservation holds for replacements (webhook.domain.spares)
     segment: Segment | None = None  # one segment of a job larger than a domain (webhook.domain.segments)
+    preferred: bool = False  # imex-webhook.io/placement: preferred (split only when no domain fits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +251,9 @@ class Segment:
     job_name: str
     index: int
     count: int
-    size: int  # pods per segment, as the annotation says
+    size: int  # pods per segment, as the annotation says (a preferred job's: as its first filter chose)
     job_size: int
+    preferred: bool = False  # a preferred job split because no domain held it whole
 
     def pods(self, index: int | None = None) -> int:
         """Pods of segment ``index`` (this one by default)."""

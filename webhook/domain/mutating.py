@@ -164,7 +164,10 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
                 f"{' or '.join(policy.domain_labels)} label), but it belongs to group "
                 f"{shown(group.name)}; remove spec.nodeName or name a node of the group's domain",
                 "pinned-outside-domain", group.id, warnings)
-    label = group_label_value(group.id)
+    # A preferred job's segments are chosen at its first filter, after some pods were admitted: its pods carry
+    # the job's label and identity, and no pod affinity (the job may be split; the extender keeps each part).
+    identity = group.segment.job_id if group.preferred and group.segment is not None else group.id
+    label = group_label_value(identity)
     written = pod.labels.get(keys.GROUP_LABEL)
     if written is not None and written != label:
         return _deny(
@@ -177,7 +180,7 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
         patch.add(("metadata", "labels", keys.GROUP_LABEL), label)
     topology_key = policy.affinity_topology_key
     upstream = upstream_topology(pod, catalog, policy)
-    if upstream is None:
+    if upstream is None and not group.preferred:
         _require_pod_affinity(patch, topology_key, label)
     _require_domain_node(patch, topology_key)
     _schedule_with(patch, policy.scheduler_name, warnings)
@@ -185,7 +188,7 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if upstream is not None:
         _record(patch, keys.UPSTREAM_TOPOLOGY_ANNOTATION, upstream.note, annotations)
     if GROUP_ID_ANNOTATION not in annotations:
-        patch.add(("metadata", "annotations", GROUP_ID_ANNOTATION), group.id)
+        patch.add(("metadata", "annotations", GROUP_ID_ANNOTATION), identity)
     if resolution.size is not None and keys.GROUP_SIZE_ANNOTATION not in annotations:
         # The whole job's size for a segment: the segment is derived from it again at every read.
         size = group.segment.job_size if group.segment is not None else resolution.size

@@ -258,6 +258,7 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
         exclusive=annotations.get(keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true",
         spare_nodes=annotations.get(keys.SPARE_NODES_ANNOTATION),
         segment_size=annotations.get(keys.SEGMENT_SIZE_ANNOTATION),
+        placement=annotations.get(keys.PLACEMENT_ANNOTATION),
     )
 
 

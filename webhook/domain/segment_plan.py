@@ -13,7 +13,7 @@ domains are left out. Pure: the same cluster gives every replica the same plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 
 from webhook.domain import exclusive, placement, repair, segments
@@ -37,7 +37,8 @@ class _Packing:
 
 
 def plan(group: Group, need: Demand, snapshot: Snapshot, others: Mapping[str, Reservation],
-         allowed: Set[str] | None, policy: Policy) -> Plan:
+         allowed: Set[str] | None, policy: Policy, rooms: Mapping[str, int] | None = None) -> Plan:
+    """``rooms``: each domain's room for the job (``job_rooms``), when the caller tries several shapes."""
     seg = group.segment
     assert seg is not None
     fixed = _fixed(group, seg, snapshot, others)
@@ -46,7 +47,8 @@ def plan(group: Group, need: Demand, snapshot: Snapshot, others: Mapping[str, Re
             f"{seg.size}, {need.gpus} GPUs per pod)")
     if not todo:
         return Plan(dict(fixed), f"{what}: every segment has its domain")
-    rooms = _rooms(group, seg, need, snapshot, others, allowed, policy, sum(p for _, p in todo))
+    if rooms is None:
+        rooms = job_rooms(group, need, snapshot, others, allowed, policy, sum(p for _, p in todo))
     pools = [rooms]
     if policy.fabric_health != "allow":
         healthy = {d: r for d, r in rooms.items() if _healthy(d, snapshot)}
@@ -81,8 +83,8 @@ def _fixed(group: Group, seg: Segment, snapshot: Snapshot, others: Mapping[str, 
     return out
 
 
-def _rooms(group: Group, seg: Segment, need: Demand, snapshot: Snapshot, others: Mapping[str, Reservation],
-           allowed: Set[str] | None, policy: Policy, wanted: int) -> dict[str, int]:
+def job_rooms(group: Group, need: Demand, snapshot: Snapshot, others: Mapping[str, Reservation],
+              allowed: Set[str] | None, policy: Policy, wanted: int) -> dict[str, int]:
     """Pods of the job each domain can take now, beside every other promise (sibling segments' included)."""
     held = placement.holds(snapshot, others, group.id)
     out = {}
@@ -175,3 +177,26 @@ def _counts(domains: Mapping[int, str]) -> dict[str, int]:
     for domain in domains.values():
         out[domain] = out.get(domain, 0) + 1
     return out
+
+
+def preferred_split(group: Group, size: int, need: Demand, snapshot: Snapshot, others: Mapping[str, Reservation],
+                    allowed: Set[str] | None, policy: Policy, at: Callable[[int], Group | str],
+                    largest: int | None = None) -> tuple[Group, Plan] | str:
+    """A preferred job no domain holds whole: the largest segment size (at most ``largest``, the job's
+    segment-size when it asks one) whose segments fit now, never one that leaves a member alone (a last
+    segment of one pod); ``at(n)`` is the pod's segment group at size ``n`` (or why it has none). Why not,
+    when no size fits."""
+    rooms = job_rooms(group, need, snapshot, others, allowed, policy, size)
+    top = min(largest or size - 1, size - 1, max(rooms.values(), default=0))
+    for per in range(top, 1, -1):
+        if size % per == 1:
+            continue
+        member = at(per)
+        if isinstance(member, str):
+            return member
+        found = plan(member, need, snapshot, others, allowed, policy, rooms)
+        if found.domains is not None:
+            return member, found
+    return (f"no split holds it either: segments of 2 or more pods, none alone in a domain, need more room than "
+            f"the domains have (largest free room in one domain: {max(rooms.values(), default=0)} pods, "
+            f"{sum(rooms.values())} in all)")

@@ -18,11 +18,11 @@ refused with the reason; without the annotation nothing changes (one domain for 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import replace
 
 from webhook.domain import keys
-from webhook.domain.model import ComputeDomain, Group, Pod, Segment
+from webhook.domain.model import ComputeDomain, Group, Pod, Reservation, Segment
 from webhook.wire.text import shown
 
 # Segments of one job: a job of 20,000 trays in segments of one tray. The bound keeps plans linear.
@@ -61,6 +61,19 @@ def requested(annotations: Mapping[str, str], cd: ComputeDomain | None) -> tuple
     return value, None
 
 
+def preferred(annotations: Mapping[str, str], cd: ComputeDomain | None) -> tuple[bool, str | None]:
+    """(whether the job asks for preferred placement, why the request is unusable or None)."""
+    raw, where = annotations.get(keys.PLACEMENT_ANNOTATION), "the pod's"
+    if raw is None and cd is not None and cd.placement is not None:
+        raw, where = cd.placement, f"ComputeDomain {cd.namespace}/{cd.name}'s"
+    if raw is None or raw.strip() == "required":
+        return False, None
+    if raw.strip() == "preferred":
+        return True, None
+    return False, (f"{where} annotation {keys.PLACEMENT_ANNOTATION}={shown(raw)} is neither 'required' nor "
+                   "'preferred'")
+
+
 def rank(pod: Pod) -> tuple[int | None, str | None]:
     """(the member's rank, why its rank is unusable): the Job completion index, from the annotation or the
     label the job controller writes."""
@@ -73,29 +86,44 @@ def rank(pod: Pod) -> tuple[int | None, str | None]:
     return int(value), None
 
 
-def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None) -> tuple[Group, int | None,
-                                                                                          list[str]]:
+def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None,
+              split_jobs: Mapping[str, int]) -> tuple[Group, int | None, list[str]]:
     """The pod's segment group and its size, or the group unchanged when it is not segmented (no annotation,
-    or a job that fits one segment); with the problems that keep the pod from a segment."""
+    or a job that fits one segment, or a preferred job not split); with the problems that keep the pod from
+    a segment. ``split_jobs``: the segment size chosen for each preferred job split at its first filter."""
     per, problem = requested(pod.annotations, cd)
-    if problem:
-        return group, size, [problem]
+    wants_preferred, placement_problem = preferred(pod.annotations, cd)
+    problems = [p for p in (problem, placement_problem) if p]
+    if problems:
+        return group, size, problems
+    if wants_preferred:
+        group = replace(group, preferred=True)
+        per = split_jobs.get(group.id)  # until a split is chosen, the whole job is one group
+        what = f"{keys.PLACEMENT_ANNOTATION}=preferred (split into segments of {per})"
+    else:
+        what = f"{keys.SEGMENT_SIZE_ANNOTATION}={per}"
     if per is None or (size is not None and size <= per):
         return group, size, []
-    what = f"{keys.SEGMENT_SIZE_ANNOTATION}={per}"
     if size is None:
         return group, size, [f"{what} needs the job's size (ComputeDomain numNodes, {keys.GROUP_SIZE_ANNOTATION} or "
                              "the Job's parallelism): without it the segments cannot be counted"]
     count = -(-size // per)
     if count > MAX_SEGMENTS:
         return group, size, [f"{what} cuts {size} pods into {count} segments; at most {MAX_SEGMENTS} are planned"]
+    return at_rank(group, size, per, pod, what)
+
+
+def at_rank(group: Group, size: int, per: int, pod: Pod, what: str) -> tuple[Group, int | None, list[str]]:
+    """The pod's segment of ``group`` cut into segments of ``per`` pods, by its rank."""
+    count = -(-size // per)
     index, problem = rank(pod)
     if problem or index is None:
         return group, size, [f"{what}: a member is put in segment floor(rank / {per}) by its rank, and "
                              + (problem or f"the pod has no rank ({COMPLETION_INDEX}): use an Indexed Job")]
     if index >= size:
         return group, size, [f"{what}: the pod's rank {index} is beyond the job's {size} pods"]
-    seg = Segment(job_id=group.id, job_name=group.name, index=index // per, count=count, size=per, job_size=size)
+    seg = Segment(job_id=group.id, job_name=group.name, index=index // per, count=count, size=per, job_size=size,
+                  preferred=group.preferred)
     return sibling(group, seg, seg.index), seg.pods(), []
 
 
@@ -113,3 +141,10 @@ def runs_member(group: Group, groups_on_node: Set[str]) -> bool:
     if group.segment is None:
         return False
     return any(job_of(g) == group.segment.job_id for g in groups_on_node)
+
+
+def split_jobs(reservations: Iterable[Reservation]) -> dict[str, tuple[str, int]]:
+    """The preferred jobs split into segments, from their segments' reservations: job's group id -> (its
+    namespace, pods per segment). Segments of a required job are known from its annotation already."""
+    return {r.segment.job_id: (r.namespace, r.segment.size) for r in reservations
+            if r.segment is not None and r.segment.preferred}

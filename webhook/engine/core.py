@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from webhook.domain import segments
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.engine.choices import Choices
@@ -56,6 +57,9 @@ class Core:
         last = self._snapshot
         if last is not None and last[0] is base and last[1] is reservations:
             return last[2]  # neither changed since: the same snapshot, not another copy per request
+        if (last is None or last[1] is not reservations) and self.store.set_split_jobs(segments.split_jobs(
+                reservations.values())):
+            base = self.store.snapshot()  # the split jobs' pods now belong to their segments
         snapshot = replace(base, reservations=reservations)
         self._snapshot = (base, reservations, snapshot)
         return snapshot

@@ -75,6 +75,7 @@ class ClusterStore:
         self._rejects = Rejects()
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
         self._listeners: list[Callable[[], None]] = []
+        self._split_jobs: dict[str, tuple[str, int]] = {}  # preferred job's group id -> (namespace, segment size)
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -163,6 +164,22 @@ class ClusterStore:
     def attachments(self) -> dict[str, Attachment]:
         with self._lock:
             return dict(self._attachments)
+
+    def set_split_jobs(self, jobs: Mapping[str, tuple[str, int]]) -> bool:
+        """The segment size chosen for each preferred job split into segments (job's group id -> its
+        namespace and size), as its segments' reservations say; the pods of a job whose entry changed are
+        derived again, into their segments. Whether anything changed."""
+        with self._lock:
+            if dict(jobs) == self._split_jobs:
+                return False
+            changed = {ns for job, ns_size in jobs.items() if self._split_jobs.get(job) != ns_size
+                       for ns in (ns_size[0],)}
+            changed |= {ns for job, (ns, _) in self._split_jobs.items() if job not in jobs}
+            self._split_jobs = dict(jobs)
+            for namespace in sorted(changed):
+                self._rederive(namespace)
+            self._changed()
+            return True
 
     def forget_ended(self, group_ids: Iterable[str]) -> None:
         """Housekeeping has handled these ended groups (released their reservations, or found none)."""
@@ -280,7 +297,8 @@ class ClusterStore:
     def _catalog(self, copy: bool = False) -> Catalog:
         """The live tables while deriving; copies for a snapshot, which outlives the next change."""
         o = self._objects
-        catalog = Catalog(o["ResourceClaimTemplate"], o["ResourceClaim"], self._cds, o["Job"], **self._workloads.views)
+        catalog = Catalog(o["ResourceClaimTemplate"], o["ResourceClaim"], self._cds, o["Job"], **self._workloads.views,
+                          split_jobs={job: size for job, (_, size) in self._split_jobs.items()})
         if not copy:
             return catalog
         return Catalog(**{f.name: dict(getattr(catalog, f.name)) for f in fields(Catalog)})

@@ -65,6 +65,7 @@ class SegmentSpec(TypedDict):
     count: int
     size: int
     jobSize: int
+    preferred: NotRequired[bool]
 
 
 class DomainReservationSpec(TypedDict, total=False):
@@ -136,6 +137,8 @@ class SegmentFields(Protocol):
     def size(self) -> int: ...
     @property
     def job_size(self) -> int: ...
+    @property
+    def preferred(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +178,8 @@ def reservation_object(res: ReservationFields, holder: str) -> DomainReservation
     if seg is not None:
         spec["segment"] = {"jobId": seg.job_id, "jobName": seg.job_name, "index": seg.index, "count": seg.count,
                            "size": seg.size, "jobSize": seg.job_size}
+        if seg.preferred:
+            spec["segment"]["preferred"] = True
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
             "metadata": {"name": reservation_name(res.group_id)}, "spec": spec}
 
@@ -271,8 +276,11 @@ def _segment(raw: Any, group_id: str, make: Callable[..., Any]) -> Any:
     if group_id != f"{job_id}#s{ints['index']}":
         raise WireError(f"{path}.jobId", f"segment {ints['index']} of job {shown(job_id)} is not group "
                                          f"{shown(group_id)}")
+    preferred = fields.get("preferred", False)
+    if not isinstance(preferred, bool):
+        raise WireError(f"{path}.preferred", f"expected bool, got {shown(preferred)}")
     return make(job_id=job_id, job_name=str_at(fields, "jobName", path), index=ints["index"], count=ints["count"],
-                size=ints["size"], job_size=ints["jobSize"])
+                size=ints["size"], job_size=ints["jobSize"], preferred=preferred)
 
 
 def parse_ledger(obj: Any, make: Callable[..., R]) -> LedgerRecord[R]:
