@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests import builders
+from tests import builders, controller_objects
 from webhook.domain import filtering, grouping, keys, mutating, parsing, segment_plan, segments
 from webhook.domain.model import Demand, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -195,3 +195,32 @@ def test_admission_labels_each_segment_apart_writes_the_jobs_size_and_refuses_a_
     assert mutating.group_label_value(f"{job}#s0") in terms[0] and mutating.group_label_value(f"{job}#s1") in terms[1]
     refused = admit(None)
     assert not refused.allowed and "the pod has no rank" in refused.message
+
+
+def _ranks(objects: list[dict[str, Any]]) -> list[int | None]:
+    snap = builders.snapshot(objects)
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    return [segments.rank(parsing.pod(p), snap.catalog)[0] for p in pods]
+
+
+def test_a_jobset_members_rank_counts_the_replicated_jobs_before_its_own() -> None:
+    spec = controller_objects.pod_spec(gpus=4)
+    js = controller_objects.jobset("js", [("driver", 1, 1, spec), ("workers", 2, 3, spec)])
+    assert _ranks([js, *controller_objects.jobset_children(js)]) == list(range(7))
+
+
+def test_a_training_jobs_master_takes_rank_zero_and_the_workers_follow() -> None:
+    job = controller_objects.pytorchjob("pt", 1, 4, controller_objects.pod_spec(gpus=4))
+    assert _ranks([job, *controller_objects.pytorchjob_pods(job)]) == list(range(5))
+
+
+def test_a_leaderworkerset_members_rank_is_its_worker_index() -> None:
+    assert _ranks(controller_objects.lws_pods("lws", 0, 4, controller_objects.pod_spec(gpus=4))) == [0, 1, 2, 3]
+
+
+def test_a_jobset_not_cached_yet_gives_no_rank_and_says_why() -> None:
+    spec = controller_objects.pod_spec(gpus=4)
+    js = controller_objects.jobset("js", [("workers", 1, 2, spec)])
+    pod = next(o for o in controller_objects.jobset_children(js) if o["kind"] == "Pod")
+    rank, problem = segments.rank(parsing.pod(pod), builders.snapshot([]).catalog)
+    assert rank is None and problem is not None and "JobSet" in problem and "not known yet" in problem

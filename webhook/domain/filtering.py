@@ -141,7 +141,8 @@ def _split_already(pod: Pod, resolution: GroupResolution, need: Demand, snapshot
     sizes = {r.segment.size for r in live.values() if r.segment is not None and r.segment.job_id == group.id}
     if not sizes or resolution.size is None:
         return None
-    member, size, problems = segments.at_rank(group, resolution.size, min(sizes), pod, PREFERRED)
+    member, size, problems = segments.at_rank(group, resolution.size, min(sizes), pod, PREFERRED,
+                                                  snapshot.catalog)
     at = replace(resolution, group=member, size=size, problems=tuple(problems))
     if problems:
         return Context(at, need, None, None, None, "; ".join(problems), pod_uid=pod.uid)
@@ -163,7 +164,7 @@ def _split(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapsh
     asked, _ = segments.requested(pod.annotations, snapshot.catalog.compute_domains.get(group.compute_domain or ""))
 
     def at(per: int) -> Group | str:
-        member, _, problems = segments.at_rank(group, size, per, pod, PREFERRED)
+        member, _, problems = segments.at_rank(group, size, per, pod, PREFERRED, snapshot.catalog)
         return "; ".join(problems) if problems else member
 
     live = live_reservations(snapshot, proposals, policy, now)

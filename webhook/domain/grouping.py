@@ -158,7 +158,7 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
             if found is not None and found.group is not None:
                 count, problem = spares.requested(pod.annotations, None)
                 group, size, cut = segments.segmented(replace(found.group, spares=count), found.size, pod, None,
-                                                      catalog.split_jobs)
+                                                      catalog)
                 return replace(found, group=group, size=size,
                                problems=found.problems + ((problem,) if problem else ()) + tuple(cut))
             if found is not None:
@@ -174,7 +174,7 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
     if pod.workload is not None:
         size, source = _with_controllers(pod, catalog, policy, group, size, source, warnings)
     if not problems:
-        group, size, cut = segments.segmented(group, size, pod, cd, catalog.split_jobs)
+        group, size, cut = segments.segmented(group, size, pod, cd, catalog)
         problems.extend(cut)
     return GroupResolution(group, size, source, tuple(problems), tuple(warnings))
 

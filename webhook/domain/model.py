@@ -73,6 +73,8 @@ class WorkloadRefs:
     lws_size: str | None = None
     training_job: str = ""
     training_kind: str = ""  # PyTorchJob, MPIJob...: from the operator-name label
+    training_replica: str = ""  # "<replica type>/<replica index>", for a member's rank (webhook.domain.segments)
+    lws_worker_index: str = ""  # a member's rank inside its LeaderWorkerSet group
     kueue_group: str = ""
     kueue_total: str | None = None
 

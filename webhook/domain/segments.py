@@ -18,11 +18,11 @@ refused with the reason; without the annotation nothing changes (one domain for 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import replace
 
 from webhook.domain import keys
-from webhook.domain.model import ComputeDomain, Group, Pod, Reservation, Segment
+from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Replicas, Reservation, Segment
 from webhook.wire.text import shown
 
 # Segments of one job: a job of 20,000 trays in segments of one tray. The bound keeps plans linear.
@@ -30,6 +30,8 @@ MAX_SEGMENTS = 20_000
 COMPLETION_INDEX = keys.COMPLETION_INDEX
 _DIGITS = re.compile(r"[0-9]{1,6}")
 SEPARATOR = "#s"
+NO_RANK = (f"the pod has no rank (a Job completion index {COMPLETION_INDEX}, a JobSet's job index, a training "
+           "job's replica index or a LeaderWorkerSet worker index)")
 
 
 def segment_id(job_id: str, index: int) -> str:
@@ -74,23 +76,74 @@ def preferred(annotations: Mapping[str, str], cd: ComputeDomain | None) -> tuple
                    "'preferred'")
 
 
-def rank(pod: Pod) -> tuple[int | None, str | None]:
-    """(the member's rank, why its rank is unusable): the Job completion index, from the annotation or the
-    label the job controller writes."""
-    raw = pod.rank
-    if raw is None:
-        return None, None
+# Replica types whose pods take the first ranks (PyTorch's master is rank 0, MPI's launcher runs no rank).
+_FIRST_REPLICAS = ("master", "chief", "launcher")
+
+
+def _index(raw: str, what: str) -> tuple[int | None, str | None]:
     value = raw.strip()
     if not _DIGITS.fullmatch(value):
-        return None, f"the pod's {COMPLETION_INDEX}={shown(raw)} is not an index"
+        return None, f"the pod's {what}={shown(raw)} is not an index"
     return int(value), None
 
 
+def rank(pod: Pod, catalog: Catalog | None = None) -> tuple[int | None, str | None]:
+    """(the member's rank in its job, why its rank is unusable): from its JobSet (the replicated jobs before
+    its own, its child Job's index and its completion index), its training job (the replica types before its
+    own, master first, and its replica index), its LeaderWorkerSet group (the worker index) or its Job (the
+    completion index)."""
+    refs = pod.workload
+    completion, problem = _index(pod.rank, COMPLETION_INDEX) if pod.rank is not None else (None, None)
+    if problem:
+        return None, problem
+    if refs is not None and refs.jobset and refs.job_index and catalog is not None:
+        return _jobset_rank(pod, refs.jobset, refs.replicated_job, refs.job_index, completion, catalog)
+    if refs is not None and refs.training_replica and catalog is not None:
+        return _training_rank(pod, refs.training_kind, refs.training_job, refs.training_replica, catalog)
+    if refs is not None and refs.lws_worker_index:
+        return _index(refs.lws_worker_index, keys.LWS_WORKER_INDEX_LABEL)
+    return completion, None
+
+
+def _parts_before(parts: Sequence[Replicas], name: str) -> tuple[Replicas | None, int]:
+    offset = 0
+    for part in parts:
+        if part.name == name:
+            return part, offset
+        offset += part.replicas * part.pods_each
+    return None, offset
+
+
+def _jobset_rank(pod: Pod, jobset: str, replicated: str, job_index: str, completion: int | None,
+                 catalog: Catalog) -> tuple[int | None, str | None]:
+    obj = catalog.controllers.get(("JobSet", pod.namespace, jobset))
+    if obj is None:
+        return None, f"JobSet {pod.namespace}/{jobset} is not known yet (ranks come from its replicated jobs)"
+    part, offset = _parts_before(obj.parts, replicated)
+    index, problem = _index(job_index, keys.JOBSET_JOB_INDEX_LABEL)
+    if part is None or index is None:
+        return None, problem or f"JobSet {pod.namespace}/{jobset} has no replicated job {shown(replicated)}"
+    return offset + index * part.pods_each + (completion or 0), None
+
+
+def _training_rank(pod: Pod, kind: str, job: str, replica: str, catalog: Catalog) -> tuple[int | None, str | None]:
+    obj = catalog.controllers.get((kind, pod.namespace, job))
+    if obj is None:
+        return None, f"{kind} {pod.namespace}/{job} is not known yet (ranks come from its replica types)"
+    parts = sorted(obj.parts, key=lambda p: p.name.lower() not in _FIRST_REPLICAS)  # stable: spec order otherwise
+    kind_name, _, raw = replica.partition("/")
+    part, offset = _parts_before(parts, next((p.name for p in parts if p.name.lower() == kind_name.lower()), ""))
+    index, problem = _index(raw, keys.TRAINING_REPLICA_INDEX_LABEL)
+    if part is None or index is None:
+        return None, problem or f"{kind} {pod.namespace}/{job} has no replica type {shown(kind_name)}"
+    return offset + index, None
+
+
 def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None,
-              split_jobs: Mapping[str, int]) -> tuple[Group, int | None, list[str]]:
+              catalog: Catalog) -> tuple[Group, int | None, list[str]]:
     """The pod's segment group and its size, or the group unchanged when it is not segmented (no annotation,
     or a job that fits one segment, or a preferred job not split); with the problems that keep the pod from
-    a segment. ``split_jobs``: the segment size chosen for each preferred job split at its first filter."""
+    a segment. ``catalog.split_jobs``: the segment size chosen for each preferred job split at its first filter."""
     per, problem = requested(pod.annotations, cd)
     wants_preferred, placement_problem = preferred(pod.annotations, cd)
     problems = [p for p in (problem, placement_problem) if p]
@@ -98,7 +151,7 @@ def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None
         return group, size, problems
     if wants_preferred:
         group = replace(group, preferred=True)
-        per = split_jobs.get(group.id)  # until a split is chosen, the whole job is one group
+        per = catalog.split_jobs.get(group.id)  # until a split is chosen, the whole job is one group
         what = f"{keys.PLACEMENT_ANNOTATION}=preferred (split into segments of {per})"
     else:
         what = f"{keys.SEGMENT_SIZE_ANNOTATION}={per}"
@@ -110,16 +163,17 @@ def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None
     count = -(-size // per)
     if count > MAX_SEGMENTS:
         return group, size, [f"{what} cuts {size} pods into {count} segments; at most {MAX_SEGMENTS} are planned"]
-    return at_rank(group, size, per, pod, what)
+    return at_rank(group, size, per, pod, what, catalog)
 
 
-def at_rank(group: Group, size: int, per: int, pod: Pod, what: str) -> tuple[Group, int | None, list[str]]:
+def at_rank(group: Group, size: int, per: int, pod: Pod, what: str,
+            catalog: Catalog) -> tuple[Group, int | None, list[str]]:
     """The pod's segment of ``group`` cut into segments of ``per`` pods, by its rank."""
     count = -(-size // per)
-    index, problem = rank(pod)
+    index, problem = rank(pod, catalog)
     if problem or index is None:
         return group, size, [f"{what}: a member is put in segment floor(rank / {per}) by its rank, and "
-                             + (problem or f"the pod has no rank ({COMPLETION_INDEX}): use an Indexed Job")]
+                             + (problem or NO_RANK)]
     if index >= size:
         return group, size, [f"{what}: the pod's rank {index} is beyond the job's {size} pods"]
     seg = Segment(job_id=group.id, job_name=group.name, index=index // per, count=count, size=per, job_size=size,

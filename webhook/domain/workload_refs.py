@@ -48,6 +48,11 @@ def _name(value: str | None) -> str:
     return value if value is not None and len(value) <= NAME_MAX else ""
 
 
+def _replica(labels: Mapping[str, str]) -> str:
+    kind, index = labels.get(keys.TRAINING_REPLICA_TYPE_LABEL, ""), labels.get(keys.TRAINING_REPLICA_INDEX_LABEL, "")
+    return f"{kind[:RAW_MAX]}/{index[:RAW_MAX]}" if kind and index else ""
+
+
 def pod_refs(namespace: str, name: str, labels: Mapping[str, str], annotations: Mapping[str, str],
              spec: Mapping[str, Any], path: str = "pod.spec") -> WorkloadRefs | None:
     """What the pod says about the groups others put it in; ``None`` when nothing does."""
@@ -78,6 +83,8 @@ def pod_refs(namespace: str, name: str, labels: Mapping[str, str], annotations: 
         lws_size=_raw(annotations.get(keys.LWS_SIZE_ANNOTATION)),
         training_job=_name(labels.get(keys.TRAINING_JOB_NAME_LABEL)),
         training_kind=TRAINING_OPERATORS.get(operator, operator[:RAW_MAX]),
+        training_replica=_replica(labels) if labels.get(keys.TRAINING_JOB_NAME_LABEL) else "",
+        lws_worker_index=_name(labels.get(keys.LWS_WORKER_INDEX_LABEL)) if lws else "",
         kueue_group=_name(labels.get(keys.KUEUE_GROUP_NAME_LABEL)),
         kueue_total=_raw(annotations.get(keys.KUEUE_GROUP_TOTAL_COUNT_ANNOTATION)),
     )
