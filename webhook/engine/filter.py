@@ -118,8 +118,9 @@ def _store_plan(core: Core, ctx: filtering.Context, res: Reservation, allowed: f
     stored: list[str] = []
     try:
         for group, sibling in ctx.siblings:
-            choices.store(sibling, DomainArbiter(choices, core.snapshot, sibling, group, ctx.demand, allowed))
-            stored.append(sibling.group_id)
+            held = choices.store(sibling, DomainArbiter(choices, core.snapshot, sibling, group, ctx.demand, allowed))
+            if held.holder == sibling.holder and held.domain == sibling.domain:
+                stored.append(sibling.group_id)  # ours to withdraw; one another replica stored first is not
         return choices.store(res, DomainArbiter(choices, core.snapshot, res, ctx.group, ctx.demand, allowed))
     except BaseException:
         for _, sibling in ctx.siblings:
