@@ -181,3 +181,16 @@ def test_a_victim_bound_elsewhere_than_its_candidate_frees_nothing() -> None:
     pod = store.pod_by_uid(uid)
     assert pod is not None
     assert preemption.without_victims(snap, {"a-01": [uid]}, {uid: pod}, POLICY) is snap
+
+
+@pytest.mark.parametrize(("rank", "kept"), [(0, RACK_B), (5, RACK_B), (9, RACK_A)],
+                         ids=["segment 0", "segment 1", "segment 2"])
+def test_a_segments_pod_preempts_only_in_the_domain_its_jobs_plan_gives_it(rank: int, kept: list[str]) -> None:
+    # 12 pods in segments of 4, every node busy: once the victims are gone the plan puts two segments in
+    # rack B (8 nodes) and the third in rack A; no segment evicts anywhere else.
+    seg = builders.cd_objects("seg", 12)
+    seg[0]["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: "4"}
+    store = builders.store(_world(extra=seg))
+    pod = builders.pod(f"seg-{rank}", cd="seg", annotations={keys.COMPLETION_INDEX: str(rank)})
+    out = _decide(store, pod, EVERYONE_LOW)
+    assert list(out.kept) == kept and out.reason_class == "chosen-after-eviction", out
