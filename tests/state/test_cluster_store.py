@@ -125,3 +125,28 @@ def test_a_node_whose_inventory_annotation_nests_too_deep_still_counts_its_gpus(
     odd["metadata"]["annotations"]["imex-webhook.io/gpus"] = "[" * 100_000 + "]" * 100_000
     store.apply("Node", "ADDED", odd)
     assert store.snapshot().nodes["odd"].gpus == 4 and store.rejected == 0
+
+
+def test_a_claim_change_derives_again_only_the_pods_that_name_it(monkeypatch: Any) -> None:
+    # A template's claims change several times per pod (allocation, reservedFor): deriving the namespace
+    # again each time would cost the square of its pods.
+    from webhook.domain import keys
+    from webhook.state import cluster
+
+    store = builders.store([*builders.rack("a", A, 2), *builders.cd_objects("job", 50)])
+    for i in range(50):
+        store.apply("Pod", "ADDED", builders.pod(f"job-{i}", cd="job"))
+    shared = builders.pod("user", gpus=0)
+    shared["spec"]["resourceClaims"] = [{"name": "ch", "resourceClaimName": "shared-channel"}]
+    store.apply("Pod", "ADDED", shared)
+    derived: list[str] = []
+    real = cluster.derive
+    monkeypatch.setattr(cluster, "derive", lambda pod, *a: derived.append(pod.name) or real(pod, *a))
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "shared-channel", "namespace": "ml", "uid": "c-1"},
+             "spec": {"devices": {"requests": [{"name": "ch", "exactly": {
+                 "deviceClassName": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]}}]}}}
+    store.apply("ResourceClaim", "ADDED", claim)
+    for i in range(5):
+        store.apply("ResourceClaim", "ADDED", builders.allocated_claim(f"job-{i}-ch", f"a-0{i % 2}", None))
+    assert derived == ["user"]  # the claims of the template's pods derive nothing again
+    assert "claim:c-1" in store.snapshot().members

@@ -280,7 +280,14 @@ class ClusterStore:
 
     def _claim_changed(self, kind: str, key: ObjectKey, old: ClaimSpec | None, new: ClaimSpec | None) -> None:
         self._imex_holds.changed(old, new)
-        self._rederive(key[0])
+        # Only pods that name the claim resolve through it (a template's pods read the template); a claim of
+        # a template changes several times per pod (allocation, reservedFor), and deriving the namespace
+        # again each time costs the square of its pods.
+        if self._deferred is not None:
+            self._deferred.add(key[0])
+            return
+        for pod in self._index.naming_claim(*key):
+            self._put_again(pod)
 
     def _cd_changed(self, kind: str, key: ObjectKey, old: ComputeDomain | None, new: ComputeDomain | None) -> None:
         if old is not None:
@@ -310,10 +317,13 @@ class ClusterStore:
             self._deferred.add(namespace)
             return
         for pod in self._index.in_namespace(namespace):
-            try:
-                self._put("Pod", pod.key, pod)
-            except Exception as exc:  # one pod that no longer derives is skipped, not the rest
-                self._rejects.add("Pod", pod.key, "", exc)
+            self._put_again(pod)
+
+    def _put_again(self, pod: Pod) -> None:
+        try:
+            self._put("Pod", pod.key, pod)
+        except Exception as exc:  # one pod that no longer derives is skipped, not the rest
+            self._rejects.add("Pod", pod.key, "", exc)
 
     def _build(self) -> Snapshot:
         nodes, domains = self._node_index.view()

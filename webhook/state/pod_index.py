@@ -6,8 +6,9 @@ time so that a snapshot is a few shallow copies.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from webhook.domain import capacity, grouping
 from webhook.domain.model import Catalog, Member, Node, ObjectKey, Pod
@@ -45,6 +46,17 @@ def _decrement(table: dict[str, dict[str, int]], node: str, value: str | None) -
         del table[node]
 
 
+K = TypeVar("K", bound=Hashable)
+
+
+def _forget(table: dict[K, dict[ObjectKey, None]], at: K, key: ObjectKey) -> None:
+    keys = table.get(at)
+    if keys is not None:
+        keys.pop(key, None)
+        if not keys:
+            del table[at]
+
+
 class PodIndex:
     """Not thread-safe on its own: the store calls it under its lock."""
 
@@ -58,6 +70,10 @@ class PodIndex:
         self._live: dict[str, int] = {}  # group -> members not terminated
         self._placed_seen: set[str] = set()  # groups with a member seen bound and not terminated
         self.ended: set[str] = set()  # of those, the groups whose members are all gone or finished now
+        # Pods by namespace, and by the shared ResourceClaim they name: what a change of a catalog object or of
+        # a claim must derive again, without a scan of every pod (claims change several times per pod).
+        self._by_namespace: dict[str, dict[ObjectKey, None]] = defaultdict(dict)
+        self._by_claim: dict[ObjectKey, dict[ObjectKey, None]] = defaultdict(dict)
 
     def pod(self, key: ObjectKey) -> Pod | None:
         derived = self.pods.get(key)
@@ -68,12 +84,20 @@ class PodIndex:
         return self.pod(key) if key else None
 
     def in_namespace(self, namespace: str) -> list[Pod]:
-        return [d.pod for k, d in self.pods.items() if k[0] == namespace]
+        return [self.pods[k].pod for k in self._by_namespace.get(namespace, ())]
+
+    def naming_claim(self, namespace: str, claim: str) -> list[Pod]:
+        """The pods whose ``spec.resourceClaims`` name the ResourceClaim (not a template's claims)."""
+        return [self.pods[k].pod for k in self._by_claim.get((namespace, claim), ())]
 
     def set(self, derived: Derived) -> None:
         pod = derived.pod
         self.unset(pod.key)
         self.pods[pod.key] = derived
+        self._by_namespace[pod.namespace][pod.key] = None
+        for ref in pod.claims:
+            if ref.claim:
+                self._by_claim[(pod.namespace, ref.claim)][pod.key] = None
         if pod.uid:
             self.uids[pod.uid] = pod.key
         node = pod.node_name
@@ -95,6 +119,10 @@ class PodIndex:
         old = self.pods.pop(key, None)
         if old is None:
             return
+        _forget(self._by_namespace, old.pod.namespace, key)
+        for ref in old.pod.claims:
+            if ref.claim:
+                _forget(self._by_claim, (old.pod.namespace, ref.claim), key)
         if old.pod.uid and self.uids.get(old.pod.uid) == key:
             del self.uids[old.pod.uid]
         node = old.pod.node_name
