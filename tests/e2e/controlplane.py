@@ -258,14 +258,16 @@ class ControlPlane:
                    [str(self.binary), "resourceclaim-controller", str(admin.kubeconfig), FEATURE_GATES])
         self._wait_for("resourceclaim-controller", "resourceclaim-controller running", 30)
 
-    def start_scheduler(self, config: dict[str, object], name: str = "kube-scheduler") -> None:
+    def start_scheduler(self, config: dict[str, object], name: str = "kube-scheduler",
+                        extra_args: Sequence[str] = ()) -> None:
+        """``extra_args`` come after the defaults, so a later flag wins (``--secure-port=N`` to serve /metrics)."""
         identity = self.identity("scheduler", "system:kube-scheduler")
         config = {**config, "clientConnection": {"kubeconfig": str(identity.kubeconfig)},
                   "leaderElection": {"leaderElect": False}}
         path = self.workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.spawn(name, [str(self.binary), "kube-scheduler", f"--config={path}", "--secure-port=0",
-                          f"--feature-gates={FEATURE_GATES}", "--v=2"])
+                          f"--feature-gates={FEATURE_GATES}", "--v=2", *extra_args])
         self._wait_for(name, "Starting Kubernetes Scheduler", 60)
 
     def stop(self, name: str) -> None:
