@@ -192,7 +192,9 @@ def job_objects(job: Job) -> list[dict[str, Any]]:
     template for nvlink jobs, and the pods (group-size annotation for fabric groups). Group pods carry
     ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default.
     An exclusive job's ComputeDomain carries ``imex-webhook.io/exclusive-domain: "true"``, where
-    docs/SCHEDULER.md says to put it (it counts from the group's first filter); the others carry nothing."""
+    docs/SCHEDULER.md says to put it (it counts from the group's first filter); a multi-rack job's carries
+    ``imex-webhook.io/segment-size``, and its pods their Job completion index (annotation and label, as the
+    Job controller writes them on an Indexed Job's pods); the others carry nothing."""
     from webhook.demo import cluster as demo
     from webhook.domain.policy import Policy
 
@@ -204,12 +206,18 @@ def job_objects(job: Job) -> list[dict[str, Any]]:
             obj["metadata"]["namespace"] = ns
         if job.exclusive:
             cd["metadata"]["annotations"] = {keys.EXCLUSIVE_ANNOTATION: "true"}
+        if job.segment_size is not None:
+            cd["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(job.segment_size)}
         out += [cd, rct]
     for i in range(job.pods):
         annotations = {keys.GROUP_ANNOTATION: job.name, keys.GROUP_SIZE_ANNOTATION: str(job.pods)} \
             if job.kind == "fabric" else None
+        if job.segment_size is not None:
+            annotations = {keys.COMPLETION_INDEX: str(i)}
         pod = demo.pod(f"{job.name}-{i}", job.name if job.kind == "nvlink" else None, job.gpus,
                        annotations=annotations, namespace=ns)
+        if job.segment_size is not None:
+            pod["metadata"]["labels"][keys.COMPLETION_INDEX] = str(i)
         if job.grouped:
             pod["spec"]["schedulerName"] = Policy().scheduler_name
         out.append(pod)

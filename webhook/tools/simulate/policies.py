@@ -14,11 +14,14 @@
   strongest peer: a job is admitted only when one domain (an NVLink clique; a fabric zone too for jobs
   without a ComputeDomain, on its local GPUs: nothing attaches fabric GPUs) has room for all its pods
   now, and then all of them go there, best fit; otherwise the whole job waits. Never split, never stuck.
+  A multi-rack job goes as Kueue's podset slices of its segment size, each slice in one domain, all
+  slices or none (``racks.pack_slices``).
 - ``DefaultPolicy`` is kube-scheduler without us: each pod goes to the fitting node with the most free
   GPUs (least allocated), ties broken at random as the scheduler does; no fabric attach exists.
 - ``AffinityPolicy`` adds the required pod affinity on the clique label that NVIDIA's documentation
   suggests: a group's first pod goes anywhere it fits, later pods only to the clique of the pods already
-  placed. Co-location without a capacity reservation: a group can start where it cannot finish.
+  placed. Co-location without a capacity reservation: a group can start where it cannot finish (a
+  multi-rack job always does: one clique never holds it, so it is stuck).
 
 None of the three peers reads fabric health (no generic scheduler does), nor exclusivity: Kueue's TAS has
 no notion of a domain kept from other workloads, and kube-scheduler's affinity keeps a group together
@@ -42,7 +45,7 @@ from webhook.service import deploy
 from webhook.sim.cycle.model import Pod as CyclePod
 from webhook.sim.dra_objects import channel_device_class
 from webhook.state.cluster import ClusterStore
-from webhook.tools.simulate import cycle
+from webhook.tools.simulate import cycle, racks
 from webhook.tools.simulate.cluster import SimCluster, job_objects
 from webhook.tools.simulate.workload import Job
 
@@ -153,6 +156,8 @@ class GangTasPolicy(DefaultPolicy):
             k = self.usable(job, n)
             if k > 0:
                 rooms[domain].append((c.free_local(n), c.names[n], n, k))
+        if job.segment_size is not None:
+            return self._slices(job, rooms)
         fitting = []
         for domain, nodes in rooms.items():
             if sum(k for *_, k in nodes) >= job.pods:
@@ -163,6 +168,21 @@ class GangTasPolicy(DefaultPolicy):
         placement: list[int] = []
         for _, _, n, k in sorted(rooms[domain]):
             placement += [n] * min(k, job.pods - len(placement))
+        return placement
+
+    def _slices(self, job: Job, rooms: dict[str, list[tuple[int, str, int, int]]]) -> list[int] | None:
+        """A multi-rack job as Kueue's podset slices of its segment size, each slice in one domain
+        (``racks.pack_slices``), all of them or none; inside a domain, best fit as above."""
+        sizes = racks.slice_sizes(job)
+        where = racks.pack_slices({d: sum(k for *_, k in nodes) for d, nodes in rooms.items()}, sizes)
+        if where is None:
+            return None
+        free = {d: [node for _, _, node, k in sorted(rooms[d]) for _ in range(k)] for d in set(where.values())}
+        placement: list[int] = []
+        for index, size in enumerate(sizes):
+            nodes = free[where[index]]
+            placement += nodes[:size]
+            del nodes[:size]
         return placement
 
     def place(self, job: Job, pod: int, now: float) -> int | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from webhook.tools.simulate import workload
+from webhook.tools.simulate import racks, workload
 from webhook.tools.simulate.outcome import JobState, Outcome
 from webhook.tools.simulate.workload import Job, Params
 from webhook.tools.stats import percentile
@@ -61,16 +61,19 @@ def _wait_minutes(s: JobState) -> float | None:
 
 def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, float],
                   gpus: int) -> dict[str, dict[str, Any]]:
-    """Per job-size class (``workload.SIZE_CLASSES``): jobs submitted, started and completed; restarts, runs
-    lost to a degraded fabric (of those restarts) and GPU-hours lost; the useful utilisation (share of all
-    GPUs); and the median, p90 and p99 wait in minutes until the job runs, over the jobs that started
-    (``None``: none did; jobs that never ran are not in the percentiles, so read them with that count)."""
+    """Per job-size class (``workload.SIZE_CLASSES``, and ``workload.RACK_CLASS`` when the stream has
+    multi-rack jobs): jobs submitted, started, completed, split (of the completed), stuck and pending;
+    restarts, runs lost to a degraded fabric (of those restarts) and GPU-hours lost; the useful utilisation
+    (share of all GPUs); and the median, p90 and p99 wait in minutes until the job runs, over the jobs that
+    started (``None``: none did; jobs that never ran are not in the percentiles, so read them with that count)."""
     out: dict[str, dict[str, Any]] = {}
-    for label, *_ in workload.SIZE_CLASSES:
-        pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if workload.size_class(j.pods) == label]
+    for label in workload.class_labels(jobs):
+        pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if workload.job_class(j) == label]
         waits = [w for _, s in pairs if (w := _wait_minutes(s)) is not None]
         out[label] = {"submitted": len(pairs), "started": len(waits),
                       "completed": sum(1 for _, s in pairs if s.outcome == "completed"),
+                      "split": sum(1 for _, s in pairs if s.outcome == "completed" and s.split),
+                      **{k: sum(1 for _, s in pairs if s.outcome == k) for k in ("stuck", "pending")},
                       "restarts": sum(s.restarts for _, s in pairs),
                       "lost_to_degraded_fabric": sum(s.lost_fabric for _, s in pairs),
                       "restart_gpu_hours_lost": sum(s.lost_gpu_seconds for _, s in pairs) / 3600,
@@ -97,7 +100,7 @@ def metrics(o: Outcome) -> dict[str, Any]:
     count = {k: sum(1 for s in states if s.outcome == k) for k in ("completed", "stuck", "pending", "running")}
     split = sum(1 for s in states if s.outcome == "completed" and s.split)
     delays = sorted(w for s in states if (w := _wait_minutes(s)) is not None)
-    window = (jobs[0].arrival, jobs[-1].arrival) if jobs else (0.0, 0.0)
+    window = workload.window(jobs)
     gpus = p.total_gpus
     every = list(zip(jobs, states, strict=True))
     by_kind: dict[str, dict[str, float]] = {}
@@ -193,8 +196,9 @@ def _minutes(value: float | None) -> str:
 
 
 def _by_size(rows: list[dict[str, Any]], cell: Callable[[dict[str, Any]], str]) -> list[str]:
-    labels = [label for label, *_ in workload.SIZE_CLASSES]
-    lines = ["| policy | " + " | ".join(f"{label} pods" for label in labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    labels = list(rows[0]["delay_by_size"]) if rows else []
+    lines = ["| policy | " + " | ".join(label if label == workload.RACK_CLASS else f"{label} pods" for label in labels)
+             + " |", "|---" * (len(labels) + 1) + "|"]
     for r in rows:
         lines.append(f"| {r['policy']} | " + " | ".join(cell(r["delay_by_size"][label]) for label in labels) + " |")
     return lines
@@ -239,10 +243,14 @@ EXCLUSIVE_NOTE = ("ComputeDomain jobs annotated imex-webhook.io/exclusive-domain
 
 
 def _exclusive_lines(stream: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """The exclusivity table, when any job asked for an exclusive domain."""
-    if not stream.get("exclusive_compute_domains"):
-        return []
-    return ["", EXCLUSIVE_NOTE, "", *exclusive_table(rows)]
+    """The exclusivity table, when any job asked for an exclusive domain; the per-class table of
+    completed, split, stuck and pending jobs, when any job spans racks."""
+    lines = []
+    if stream.get("exclusive_compute_domains"):
+        lines += ["", EXCLUSIVE_NOTE, "", *exclusive_table(rows)]
+    if stream.get("multi_rack_jobs") and rows:
+        lines += ["", racks.CLASS_NOTE, "", *racks.class_table(rows, list(rows[0]["delay_by_size"]))]
+    return lines
 
 
 def fault_line(described: dict[str, Any]) -> str:
@@ -269,7 +277,9 @@ def _md(params: Params, stream: dict[str, Any], described: dict[str, Any], rows:
              f"{stream['arrival_span_hours']:.1f} h, offered load {params.load:.0%} of the clique GPUs, median run "
              f"{stream['median_runtime_hours']:.2f} h; stuck after {params.stuck_timeout / 60:.0f} min partly placed"
              + (f"; {stream['exclusive_compute_domains']} ComputeDomain jobs ask for an exclusive NVLink domain "
-                f"(share {params.exclusive_share:g})." if params.exclusive_share else "."),
+                f"(share {params.exclusive_share:g})" if params.exclusive_share else "")
+             + (f"; {stream['multi_rack_jobs']} multi-rack jobs (2-4 racks, segments of {params.clique_nodes}) "
+                f"offering {params.multi_rack_load:.0%} more." if stream.get("multi_rack_jobs") else "."),
              "", f"Fault model: {params.node_failures:g} node failures per node and {params.fabric_degradations:g} "
              f"fabric degradations per NVLink tray per day, repaired after {params.repair_hours:g} h and healthy "
              f"again after {params.degraded_hours:g} h on average; a running ComputeDomain job lost with chance "

@@ -12,7 +12,8 @@ The scheduler is modelled as kube-scheduler behaves towards extender-filtered po
   deleted, which frees their GPUs) and is not resubmitted, so every job ends in exactly one of
   completed, stuck or pending (never placed by the end);
 - a job whose pods run in more than one domain is *split*: it runs (holding its GPUs) but does no
-  useful work, as IMEX channels do not reach across NVLink domains; split jobs count as completed;
+  useful work, as IMEX channels do not reach across NVLink domains; split jobs count as completed; a
+  multi-rack job (``racks``) is split only when one of its segments is, not for spanning cliques;
 - faults (``faults``: the same for every policy) change the nodes as the API server shows them; a job
   running on a node that fails, or lost to a degraded fabric in its domain, is *restarted*: its pods are
   deleted and created again at once, at the back of the queue, and the run so far is lost (a partly
@@ -34,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from webhook.tools.simulate import faults, policies, report, workload
+from webhook.tools.simulate import faults, policies, racks, report, workload
 from webhook.tools.simulate.cluster import SimCluster
 from webhook.tools.simulate.outcome import JobState, Outcome, Placement
 from webhook.tools.simulate.workload import Job, Params
@@ -195,7 +196,8 @@ class Simulation:
             job, st = self.jobs[index], self.states[index]
             if not everyone and index not in fresh:
                 continue
-            if st.placed_count == 0 and any(g <= job.gpus and n <= job.pods for g, n in failed[job.kind]):
+            shape = job.kind if job.segment_size is None else f"{job.kind}/segments of {job.segment_size}"
+            if st.placed_count == 0 and any(g <= job.gpus and n <= job.pods for g, n in failed[shape]):
                 continue
             for pod, node in enumerate(st.placed):
                 if node is not None:
@@ -205,7 +207,7 @@ class Simulation:
                 self.out.decisions.append(time.perf_counter() - begin)
                 if where is None:
                     if st.placed_count == 0:
-                        failed[job.kind].append((job.gpus, job.pods))
+                        failed[shape].append((job.gpus, job.pods))
                     break
                 st.placed[pod], st.bound_at[pod] = where, now
                 placement = Placement(index, pod, where, now)
@@ -218,8 +220,9 @@ class Simulation:
                 self.pending.remove(index)
                 st.started, st.outcome = now, "running"
                 st.waited += now - st.queued_at
-                domains = {self.cluster.domains[n] for n in st.placed if n is not None}
-                st.split = len(domains) > 1
+                placed = [self.cluster.domains[n] if n is not None else None for n in st.placed]
+                domains = {d for d in placed if d is not None}
+                st.split = racks.split(job, placed)
                 if not st.split:
                     self.useful += job.gpu_demand
                 self._push(now + job.runtime, FINISH, index, st.attempt)
@@ -274,7 +277,7 @@ _FAULT_KINDS = frozenset((FAIL, REPAIR, DEGRADE, RECOVER))
 
 def default_faults(params: Params, jobs: list[Job], cluster: SimCluster) -> list[faults.Fault]:
     """The faults of a run: over the arrival window, where the offered load is steady."""
-    horizon = jobs[-1].arrival if jobs else 0.0
+    horizon = workload.window(jobs)[1]
     return faults.generate(params, horizon, [zone is None for zone in cluster.zones])
 
 

@@ -8,14 +8,20 @@ results come from the policies alone. The mix is what a shared NVL72 installatio
   composable node plus all of its fabric slots), grouped by the ``imex-webhook.io/group`` annotation:
   only a policy that attaches fabric GPUs before binding can run them;
 - ``plain`` pods: single pods of 1 or 2 GPUs in no group (notebooks, inference), which fragment nodes
-  for everyone alike.
+  for everyone alike;
+- with ``multi_rack_load`` > 0, *multi-rack* ComputeDomain jobs of 2 to 4 racks (``multi_rack_jobs``;
+  docs/SIMULATE.md, "Jobs larger than one rack"): whole trays, k x 18 pods less a spare tray or two,
+  annotated ``imex-webhook.io/segment-size`` = the rack's trays, on an arrival process of their own over
+  the same arrival window; the jobs above are unchanged by them.
 Arrivals are Poisson with the rate that offers ``load`` times the clique GPUs on average; run times are
 log-normal (median ``runtime_median``, shape ``runtime_sigma``), as job durations on shared clusters are.
 The node failures and fabric degradations the cluster suffers meanwhile (``faults``) are drawn from the
 same seed, on a stream of their own: the job stream is the same with or without them. So is the choice of
 the ComputeDomain jobs that ask for an NVLink domain of their own (``exclusive_share``; docs/SCHEDULER.md,
 "Exclusive domains"): one draw per ComputeDomain job whatever the share, so the exclusive jobs at a share
-are among those at any larger share, and only that flag differs between two shares' streams.
+are among those at any larger share, and only that flag differs between two shares' streams. The
+multi-rack jobs come after the others in the list (indices from ``jobs`` on), in arrival order among
+themselves: a stream is ordered by arrival only without them (``window`` gives its arrival span).
 """
 
 from __future__ import annotations
@@ -43,10 +49,24 @@ SIZE_WEIGHTS: tuple[tuple[int, float], ...] = (
 # ComputeDomains), up to a half rack (5-8), up to 16 trays, and whole racks (17-18). (label, low, high).
 SIZE_CLASSES: tuple[tuple[str, int, int | None], ...] = (
     ("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), ("9-16", 9, 16), ("17+", 17, None))
+# The multi-rack jobs' class, whatever their pods (``multi_rack_jobs``): "17+" holds only single-rack jobs.
+RACK_CLASS = "2-4 racks"
 
 
 def size_class(pods: int) -> str:
     return next(label for label, low, high in SIZE_CLASSES if pods >= low and (high is None or pods <= high))
+
+
+def job_class(job: Job) -> str:
+    """The report's class of a job: ``RACK_CLASS`` for a multi-rack job, else by its pods."""
+    return RACK_CLASS if job.segment_size is not None else size_class(job.pods)
+
+
+def class_labels(jobs: list[Job]) -> list[str]:
+    """The classes a report shows for a stream: the multi-rack class only when the stream has such jobs, so
+    that a stream without them reports exactly as before they existed."""
+    labels = [label for label, *_ in SIZE_CLASSES]
+    return [*labels, RACK_CLASS] if any(j.segment_size is not None for j in jobs) else labels
 
 
 @dataclass(frozen=True)
@@ -75,12 +95,22 @@ class Params:
     degraded_hours: float = 6.0
     degraded_loss: float = 0.3  # chance a running job fails per degradation of its domain it lives through
     exclusive_share: float = 0.0  # ComputeDomain jobs annotated imex-webhook.io/exclusive-domain: "true"
+    # Offered GPU load of the multi-rack jobs (``multi_rack_jobs``), a fraction of the clique GPUs, on top of
+    # ``load``.
+    multi_rack_load: float = 0.0
 
     def __post_init__(self) -> None:
         share = self.exclusive_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
             raise ValueError(f"exclusive_share {share!r}: expected a number in [0, 1] (the share of ComputeDomain "
                              "jobs that ask for an NVLink domain of their own)")
+        extra = self.multi_rack_load
+        if isinstance(extra, bool) or not isinstance(extra, int | float) or not 0.0 <= extra <= 1.0:
+            raise ValueError(f"multi_rack_load {extra!r}: expected a number in [0, 1] (the GPU load the multi-rack "
+                             "jobs offer, as a fraction of the clique GPUs)")
+        if extra > 0 and self.cliques < 2:
+            raise ValueError(f"multi_rack_load {extra!r} needs at least 2 cliques (a multi-rack job spans 2 to 4); "
+                             f"the cluster has {self.cliques}")
 
     @property
     def clique_gpus(self) -> int:
@@ -107,6 +137,7 @@ class Job:
     arrival: float  # seconds since the start
     runtime: float  # seconds, once every pod is placed
     exclusive: bool = False  # a ComputeDomain that asks for an NVLink domain of its own
+    segment_size: int | None = None  # a multi-rack job: pods per segment (its ComputeDomain's annotation)
 
     @property
     def grouped(self) -> bool:
@@ -130,7 +161,19 @@ def _shape(rng: random.Random, p: Params) -> tuple[str, int, int]:
 
 
 def generate(p: Params) -> list[Job]:
-    """The job stream for ``p``: the same list for the same parameters, on every machine."""
+    """The job stream for ``p``: the same list for the same parameters, on every machine; the multi-rack jobs
+    (``multi_rack_jobs``) after the others."""
+    jobs = _generate(p)
+    return jobs + multi_rack_jobs(p, len(jobs), window(jobs)[1])
+
+
+def window(jobs: list[Job]) -> tuple[float, float]:
+    """The first and the last arrival of a stream."""
+    arrivals = [j.arrival for j in jobs]
+    return (min(arrivals), max(arrivals)) if arrivals else (0.0, 0.0)
+
+
+def _generate(p: Params) -> list[Job]:
     rng = random.Random(p.seed)
     shapes = [_shape(rng, p) for _ in range(p.jobs)]
     mu = math.log(p.runtime_median)
@@ -147,6 +190,36 @@ def generate(p: Params) -> list[Job]:
     return jobs
 
 
+RACKS: tuple[tuple[int, float], ...] = ((2, 0.5), (3, 0.3), (4, 0.2))  # racks per job, weights
+SPARES: tuple[tuple[int, float], ...] = ((0, 0.3), (1, 0.4), (2, 0.3))  # trays left out of the last rack
+
+
+def multi_rack_jobs(p: Params, first_index: int, until: float) -> list[Job]:
+    """The multi-rack jobs arriving in [0, ``until``], indices from ``first_index``: Poisson arrivals at the
+    rate that offers ``multi_rack_load`` of the clique GPUs, log-normal run times as the other jobs'."""
+    if p.multi_rack_load <= 0:
+        return []
+    rng = random.Random(f"multi-rack/{p.seed}")
+    racks = [(k, w) for k, w in RACKS if k <= p.cliques]
+    spares = [(min(s, p.clique_nodes - 1), w) for s, w in SPARES]
+    mean_pods = (sum(k * w for k, w in racks) / sum(w for _, w in racks) * p.clique_nodes
+                 - sum(s * w for s, w in spares) / sum(w for _, w in spares))
+    mean_runtime = p.runtime_median * math.exp(p.runtime_sigma ** 2 / 2)  # the log-normal's mean
+    rate = p.multi_rack_load * p.clique_gpus / (mean_pods * p.gpus_per_node * mean_runtime)
+    mu = math.log(p.runtime_median)
+    jobs: list[Job] = []
+    now = rng.expovariate(rate)
+    while now <= until:
+        k = rng.choices([k for k, _ in racks], [w for _, w in racks])[0]
+        spare = rng.choices([s for s, _ in spares], [w for _, w in spares])[0]
+        runtime = max(60.0, rng.lognormvariate(mu, p.runtime_sigma))
+        index = first_index + len(jobs)
+        jobs.append(Job(index, f"job-{index:05d}", "nvlink", k * p.clique_nodes - spare, p.gpus_per_node,
+                        round(now, 3), round(runtime, 3), segment_size=p.clique_nodes))
+        now += rng.expovariate(rate)
+    return jobs
+
+
 def describe(jobs: list[Job]) -> dict[str, object]:
     """Counts and averages of a stream, for the report."""
     by_kind = {k: [j for j in jobs if j.kind == k] for k in KINDS}
@@ -155,8 +228,9 @@ def describe(jobs: list[Job]) -> dict[str, object]:
         "by_kind": {k: len(v) for k, v in by_kind.items()},
         "pods": sum(j.pods for j in jobs),
         "exclusive_compute_domains": sum(1 for j in jobs if j.exclusive),
+        **({"multi_rack_jobs": racked} if (racked := sum(1 for j in jobs if j.segment_size is not None)) else {}),
         "mean_nvlink_pods": (sum(j.pods for j in by_kind["nvlink"]) / len(by_kind["nvlink"]))
         if by_kind["nvlink"] else 0.0,
-        "arrival_span_hours": (jobs[-1].arrival - jobs[0].arrival) / 3600 if jobs else 0.0,
+        "arrival_span_hours": (window(jobs)[1] - window(jobs)[0]) / 3600,
         "median_runtime_hours": sorted(j.runtime for j in jobs)[len(jobs) // 2] / 3600 if jobs else 0.0,
     }
