@@ -33,7 +33,8 @@ SIMULATE_BOUNDS: Bounds = {"--cliques": (1, 20_000), "--jobs": (1, 10_000_000), 
                            "--fabric-zones": (0, 10_000), "--fabric-pool": (0, 1_000_000),
                            "--stuck-timeout": (1, 365 * 86400), "--node-failures": (0, 100),
                            "--repair-hours": (0.01, 8760), "--fabric-degradations": (0, 100),
-                           "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1), "--exclusive-share": (0, 1)}
+                           "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1), "--exclusive-share": (0, 1),
+                           "--multi-rack-load": (0, 1)}
 SOAK_BOUNDS: Bounds = {"--minutes": (0.01, 24 * 60), "--interval": (0.1, 3600), "--rss-growth-mib": (0.1, 1 << 20)}
 
 
@@ -51,6 +52,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="the service's log level (default info, as deployed: one decision line per request)")
     p.add_argument("--micro-budget", type=float, default=None, help="seconds per in-process case (default 1)")
+    p.add_argument("--only", choices=("segments",), default=None,
+                   help="run one scenario alone: 'segments', the job larger than one domain (docs/BENCHMARKS.md)")
 
 
 def run_bench(ns: argparse.Namespace) -> int:
@@ -63,6 +66,7 @@ def run_bench(ns: argparse.Namespace) -> int:
         if value is not None:
             setattr(cfg, key, value)
     cfg.procs, cfg.threads, cfg.log_level = ns.procs, ns.threads, ns.log_level
+    cfg.segments_only = ns.only == "segments"
     problem = out_of_range(ns, BENCH_BOUNDS)
     if problem:
         print(f"imex-webhook bench: {problem}", file=sys.stderr)
@@ -101,6 +105,10 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclusive-share", type=float, default=d.exclusive_share, metavar="F",
                    help="share of ComputeDomain jobs annotated imex-webhook.io/exclusive-domain=true, drawn from the "
                         "seed on a stream of their own (default %(default)s)")
+    p.add_argument("--multi-rack-load", type=float, default=d.multi_rack_load, metavar="F",
+                   help="GPU load offered by ComputeDomain jobs of 2-4 racks (segment-size = a rack's trays), as a "
+                        "fraction of the clique GPUs, on top of --load, on an arrival stream of their own; needs "
+                        "--cliques 2 or more (default %(default)s)")
     p.add_argument("--policies", default=",".join(workload.DEFAULT_POLICIES),
                    help=f"comma-separated, from {', '.join(workload.POLICIES)} (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -116,6 +124,8 @@ def run_simulate(ns: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     problem = out_of_range(ns, SIMULATE_BOUNDS)
+    if not problem and ns.multi_rack_load > 0 and ns.cliques < 2:
+        problem = f"--multi-rack-load {ns.multi_rack_load:g} needs --cliques 2 or more (a multi-rack job spans 2 to 4)"
     problem = problem or (_plots_problem() if not ns.no_plots else None)
     problem = problem or _out_problem(ns.out)
     if problem:
@@ -125,7 +135,8 @@ def run_simulate(ns: argparse.Namespace) -> int:
                              fabric_zones=ns.fabric_zones, fabric_pool=ns.fabric_pool, stuck_timeout=ns.stuck_timeout,
                              node_failures=ns.node_failures, repair_hours=ns.repair_hours,
                              fabric_degradations=ns.fabric_degradations, degraded_hours=ns.degraded_hours,
-                             degraded_loss=ns.degraded_loss, exclusive_share=ns.exclusive_share)
+                             degraded_loss=ns.degraded_loss, exclusive_share=ns.exclusive_share,
+                             multi_rack_load=ns.multi_rack_load)
     result = simulation.run(params, policies, ns.out, plots=not ns.no_plots)
     print(report.tables(result), end="")
     written = ["report.md", "metrics.json", *result["plots"]]

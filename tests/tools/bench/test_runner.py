@@ -121,3 +121,22 @@ def test_every_target_of_the_issue_is_reported_with_met_or_missed(bench: tuple[P
     section = table.split("## The targets", 1)[1].split("\n## ", 1)[0]
     verdicts = [line.rsplit("|", 2)[1].strip() for line in section.splitlines() if line.startswith("| ")][1:]
     assert len(verdicts) == len(rows) and set(verdicts) <= {"met", "**missed**", "reported"}
+
+
+def test_the_job_larger_than_one_domain_is_measured_wherever_it_has_segments(
+        bench: tuple[Path, dict[str, Any]]) -> None:
+    out, result = bench
+    rows = result["segments"]
+    assert set(rows) == {str(size) for size in result["parameters"]["sizes"]}
+    measured = {size: row for size, row in rows.items() if "skipped" not in row}
+    assert measured, rows  # the quick run's largest cluster holds a job of several segments
+    for size, row in measured.items():
+        for case in ("segment_plan_{}", "segment_plan_{}_one_domain_choice", "segment_first_filter_{}",
+                     "segment_first_filter_{}_one_domain_group", "segment_later_filter_{}",
+                     "segment_later_filter_{}_one_domain_group"):
+            assert row["in_process"][case.format(size)]["p50_ms"] > 0, case
+        for scenario in ("first_filter", "later_filter"):
+            assert row[scenario]["p50_ms"] > 0 and row[scenario]["baseline_p50_ms"] > 0 and row[scenario]["ratio"] > 0
+        assert row["memory"]["after_first_filter"] > 0
+        assert f"### {int(size):,} nodes: {row['job']['pods']} pods in {row['job']['segments']} segments" in (
+            out / "bench.md").read_text()

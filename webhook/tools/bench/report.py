@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from webhook.tools.bench.segmented_report import segments_markdown, segments_summary
+
 TARGETS = {"throughput": ">= 0.8 x baseline", "p99": "<= 1.25 x baseline",
            "filter_names_5000_p99_ms": "<= 5 ms in-process", "nodelist_vs_loads": "<= 1.5 x orjson.loads",
            "mutate_p50_ms": "<= 0.2 ms in-process"}
@@ -73,10 +75,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The figures the targets are about, in one place (``None`` where the run did not produce one)."""
+    out: dict[str, Any] = {"targets": TARGETS, "targets_met": {}, "issue_targets": []}
+    if "http" in results:  # a run of the segmented job alone (``--only segments``) has only its own figures
+        out |= _service_summary(results)
+    return out | segments_summary(results.get("segments", {}))
+
+
+def _service_summary(results: dict[str, Any]) -> dict[str, Any]:
     http, micro = results["http"], results["in_process"]
     sizes = results["parameters"]["sizes"]
     big = max(sizes)
-    out: dict[str, Any] = {"targets": TARGETS}
+    out: dict[str, Any] = {}
     for name, row in http.items():
         out[f"{name}_throughput_ratio"] = row["ratio"]["throughput"]
         out[f"{name}_p99_ratio"] = row["ratio"]["p99"]
@@ -126,6 +135,27 @@ def markdown(results: dict[str, Any]) -> str:
         f"one gunicorn gthread worker x {p['threads']} threads on both sides, TLS, keep-alive; "
         f"service log level {p['log_level']}{'; QUICK run: shapes only, not figures to quote' if p['quick'] else ''}.",
         "",
+    ]
+    if "http" in results:
+        lines += _service_markdown(results)
+    lines += segments_markdown(results.get("segments", {}))
+    lines += ["## Summary of every figure", "", "| figure | value |", "|---|---:|"]
+    for key, value in results["summary"].items():
+        if key not in ("targets", "targets_met", "issue_targets"):
+            lines.append(f"| {key} | {_f(value)} |")
+    met = results["summary"]["targets_met"]
+    missed = [k for k, ok in met.items() if not ok]
+    if met:
+        lines += ["", f"Targets met: {len(met) - len(missed)} of {len(met)}"
+                  + (f"; missed: {', '.join(missed)}." if missed else "."),
+                  "", f"Targets: {'; '.join(f'{k} {v}' for k, v in TARGETS.items())}."]
+    lines += ["", f"Wall time of the run: {results['wall_seconds']:.0f}s; peak resident memory of the bench process "
+              f"{results['machine'].get('bench_peak_rss', 0) / 2**20:,.0f} MiB.", ""]
+    return "\n".join(lines)
+
+
+def _service_markdown(results: dict[str, Any]) -> list[str]:
+    lines = [
         "## HTTP: the service vs the trivial baseline (medians; ratios are medians of pairwise ratios)", "",
         "| scenario | body | reply imex / base | conc | imex req/s | base req/s | thr ratio | imex p50 ms "
         "| imex p99 ms | base p99 ms | p99 ratio | imex CPU ms/req | base CPU ms/req | CPU ratio | targets met |",
@@ -184,16 +214,7 @@ def markdown(results: dict[str, Any]) -> str:
     for t in results["summary"]["issue_targets"]:
         met = "reported" if t["met"] is None and t["value"] is not None else ("met" if t["met"] else "**missed**")
         lines.append(f"| {t['name']} | {t['target']} | {_f(t['value'])} | {met} |")
-    lines += ["", "## Summary of every figure", "", "| figure | value |", "|---|---:|"]
-    for key, value in results["summary"].items():
-        if key not in ("targets", "targets_met", "issue_targets"):
-            lines.append(f"| {key} | {_f(value)} |")
-    missed = [k for k, ok in results["summary"]["targets_met"].items() if not ok]
-    lines += ["", f"Targets met: {len(results['summary']['targets_met']) - len(missed)} of "
-              f"{len(results['summary']['targets_met'])}" + (f"; missed: {', '.join(missed)}." if missed else ".")]
-    lines += ["", f"Targets: {'; '.join(f'{k} {v}' for k, v in TARGETS.items())}.",
-              f"Wall time of the run: {results['wall_seconds']:.0f}s.", ""]
-    return "\n".join(lines)
+    return [*lines, ""]
 
 
 def write(out: Path, results: dict[str, Any]) -> None:

@@ -14,11 +14,16 @@ Method (docs/BENCHMARKS.md; made for a shared two-core machine):
   cached and again at the end.
 The group measured has a stored reservation (its first pod was filtered and bound during set-up),
 which is what every pod of a group but the first sees.
+- a job larger than one domain (``segmented``, ``segmented_http``): its plan, its first member's filter on
+  freshly started servers and a later member's, at every size where it has segments; ``segments_only``
+  (``--only segments``) runs that alone, for cluster sizes the other scenarios are not made for.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import resource
 import statistics
 import sys
 import time
@@ -31,14 +36,12 @@ import orjson
 
 from webhook.service.worker import Worker
 from webhook.tools import servers, stats
-from webhook.tools.bench import baseline, loadgen, micro, payloads, report, serial
+from webhook.tools.bench import baseline, loadgen, micro, payloads, report, segmented, segmented_http, serial
 from webhook.tools.bench.loadgen import Run, Target
 from webhook.tools.servers import Server, Tls
 
 HEAVY_BYTES = 4 * 1024 * 1024  # bodies above this are sent one at a time (the scheduler's cycle is serial)
-# The bench also measures kube-scheduler's full NodeList mode (nodeCacheCapable: false): 5,000 Nodes are more
-# than the default --max-body admits, so the service runs as such a deployment must (docs/HARDENING.md).
-NODELIST_MAX_BODY = 64 * 1024 * 1024
+NODELIST_MAX_BODY = payloads.NODELIST_MAX_BODY
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Config:
     micro_budget: float = 1.0
     nodelist_pairs: int = 5
     quick: bool = False
+    segments_only: bool = False  # only the job larger than one domain (``--only segments``)
     ready_timeout: float = 180.0
     progress: bool = True
 
@@ -189,50 +193,84 @@ def imex_command(port: int, tls: Tls, cluster: Path, threads: int, log_level: st
             "--max-body", str(NODELIST_MAX_BODY)]
 
 
+def _service_phase(cfg: Config, imex: dict[int, Server], base: Server, tls: Tls,
+                   say: Callable[[str], None]) -> dict[str, Any]:
+    """Every scenario of the one-domain groups over TLS, the serial cycle and the workers' memory."""
+    skipped: dict[str, str] = {}
+    spawned = [base, *imex.values()]
+    setup = {str(size): reserve(server, tls, size) for size, server in imex.items()}
+    # The cluster cached and one group's filter served (what a filter keeps per node generation is built).
+    memory = {"cached": {server.name: server.worker_rss() for server in spawned}}
+    why = mutate_available(imex[min(cfg.sizes)], tls)
+    if why:
+        skipped["mutate"] = why
+        say(f"bench: skipping /mutate: {why}")
+    items = scenarios(cfg, imex, None if why else imex[min(cfg.sizes)])
+    say(f"bench: {len(items)} scenarios x {cfg.repeats} A/B pairs, {cfg.duration:g}s per run")
+    run_pairs(cfg, items, base, tls, say)
+    say(f"bench: the serial scheduling cycle at {max(cfg.sizes)} nodes, against the same bytes")
+    serial_cycle = serial.run(imex[max(cfg.sizes)], base, tls, max(cfg.sizes), cfg.duration, cfg.repeats,
+                              cfg.min_requests, say)
+    memory["after_run"] = {server.name: server.worker_rss() for server in spawned}
+    return {"setup": setup, "skipped": skipped, "http": summarise(items), "serial_cycle": serial_cycle,
+            "memory": memory}
+
+
+def _segments_http(cfg: Config, clusters: dict[int, Path], base: Server, tls: Tls, work: Path,
+                   say: Callable[[str], None]) -> dict[str, Any]:
+    """The job larger than one domain over TLS at every size where it has segments (``segmented_http``)."""
+    settings = {"repeats": cfg.repeats, "duration": cfg.duration, "min_requests": cfg.min_requests,
+                "ready_timeout": cfg.ready_timeout}
+    out: dict[str, Any] = {}
+    for size, cluster in clusters.items():
+        why = segmented.unsegmented(size)
+        if why:
+            say(f"bench: the segmented job is not measured at {size} nodes: {why}")
+            out[str(size)] = {"skipped": why}
+            continue
+        out[str(size)] = segmented_http.run(
+            size, cluster, base, tls, work, settings,
+            lambda port, path: imex_command(port, tls, path, cfg.threads, cfg.log_level),
+            functools.partial(reserve, tls=tls, nodes=size), say)
+    return out
+
+
 def run(cfg: Config, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     say = log or (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.monotonic()
     work = cfg.out / "work"
     work.mkdir(parents=True, exist_ok=True)
     tls = servers.make_tls(work / "tls")
-    say(f"bench: writing clusters of {', '.join(map(str, cfg.sizes))} nodes and starting the servers")
+    say(f"bench: writing clusters of {', '.join(map(str, cfg.sizes))} nodes and starting the servers"
+        + (" (the segmented job only)" if cfg.segments_only else ""))
     port = servers.free_port()
-    spawned = [servers.spawn("baseline", baseline.command(port, tls, cfg.threads), port, work / "baseline.log")]
+    base = servers.spawn("baseline", baseline.command(port, tls, cfg.threads, NODELIST_MAX_BODY), port,
+                         work / "baseline.log")
+    clusters = {size: payloads.write_cluster(work / f"cluster-{size}.json", size) for size in cfg.sizes}
     imex: dict[int, Server] = {}
-    for size in cfg.sizes:
-        cluster = payloads.write_cluster(work / f"cluster-{size}.json", size)
+    for size in () if cfg.segments_only else cfg.sizes:
         port = servers.free_port()
-        imex[size] = servers.spawn(f"imex-{size}", imex_command(port, tls, cluster, cfg.threads, cfg.log_level), port,
-                                     work / f"imex-{size}.log")
-        spawned.append(imex[size])
-    skipped: dict[str, str] = {}
-    with servers.running(spawned):
-        for server in spawned:
-            servers.wait_ready(server, tls, cfg.ready_timeout)
-        setup = {str(size): reserve(server, tls, size) for size, server in imex.items()}
-        # The cluster cached and one group's filter served (what a filter keeps per node generation is built).
-        memory = {"cached": {server.name: server.worker_rss() for server in spawned}}
-        why = mutate_available(imex[min(cfg.sizes)], tls)
-        if why:
-            skipped["mutate"] = why
-            say(f"bench: skipping /mutate: {why}")
-        items = scenarios(cfg, imex, None if why else imex[min(cfg.sizes)])
-        say(f"bench: {len(items)} scenarios x {cfg.repeats} A/B pairs, {cfg.duration:g}s per run")
-        run_pairs(cfg, items, spawned[0], tls, say)
-        say(f"bench: the serial scheduling cycle at {max(cfg.sizes)} nodes, against the same bytes")
-        serial_cycle = serial.run(imex[max(cfg.sizes)], spawned[0], tls, max(cfg.sizes), cfg.duration, cfg.repeats,
-                                  cfg.min_requests, say)
-        memory["after_run"] = {server.name: server.worker_rss() for server in spawned}
-    say("bench: in-process micro-benchmarks")
-    in_process = micro.run(cfg.sizes, cfg.micro_budget, cfg.nodelist_pairs, say)
-    results = {
-        "machine": report.machine(),
+        imex[size] = servers.spawn(f"imex-{size}", imex_command(port, tls, clusters[size], cfg.threads,
+                                                                cfg.log_level), port, work / f"imex-{size}.log")
+    results: dict[str, Any] = {
         "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
         | {"heavy_bytes": HEAVY_BYTES, "server_workers": 1, "worker_class": "gthread",
            "worker": f"{Worker.__module__}.{Worker.__qualname__}"},
-        "setup": setup, "skipped": skipped, "http": summarise(items), "serial_cycle": serial_cycle,
-        "memory": memory, "in_process": in_process, "wall_seconds": time.monotonic() - started,
     }
+    with servers.running([base, *imex.values()]) as spawned:
+        for server in spawned:
+            servers.wait_ready(server, tls, cfg.ready_timeout)
+        if imex:
+            results.update(_service_phase(cfg, imex, base, tls, say))
+        segments_http = _segments_http(cfg, clusters, base, tls, work, say)
+    if imex:
+        say("bench: in-process micro-benchmarks")
+        results["in_process"] = micro.run(cfg.sizes, cfg.micro_budget, cfg.nodelist_pairs, say)
+    results["segments"] = {size: row if "skipped" in row else segmented.run(int(size), cfg.micro_budget, say) | row
+                           for size, row in segments_http.items()}
+    results["machine"] = report.machine() | {  # the load average at the end, as the other runs record it
+        "bench_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    results["wall_seconds"] = time.monotonic() - started
     report.write(cfg.out, results)
     say(f"bench: wrote {cfg.out / 'bench.md'} and {cfg.out / 'bench.json'} in {results['wall_seconds']:.0f}s")
     return results

@@ -8,7 +8,7 @@ pair.
 
 The baseline answers the same requests through the same gunicorn worker, TLS and Flask setup
 (``webhook.tools.bench.baseline``): it decodes each request and returns the very bytes the service returned
-for it (``/canned/<name>``). Reply sizes are then equal on both sides, so the ratio of the two pairs is
+for it (``baseline.canned_path``). Reply sizes are then equal on both sides, so the ratio of the two pairs is
 what the service spends on top of reading the request and writing its reply. Both sides run alternately,
 ``repeats`` times; the median of the pairwise ratios is reported.
 
@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from webhook.tools import stats
+from webhook.tools.bench import baseline as baseline_app
 from webhook.tools.bench import loadgen, payloads
 from webhook.tools.servers import Server, Tls
 
@@ -71,7 +72,7 @@ def cycles(server: Server, tls: Tls, steps: list[tuple[str, bytes]], duration: f
                            "pair_p99_ms": stats.percentile(whole, 99) * 1e3,
                            "server_cpu_ms_per_cycle": cpu / len(whole) * 1e3}
     for (path, _), latencies in zip(steps, per_step, strict=True):
-        verb = path.rsplit("/", 1)[1]
+        verb = path.split("?", 1)[0].rsplit("/", 1)[1]
         out[f"{verb}_p50_ms"] = stats.percentile(latencies, 50) * 1e3
         out[f"{verb}_p99_ms"] = stats.percentile(latencies, 99) * 1e3
     return out
@@ -97,14 +98,15 @@ def run(imex: Server, baseline: Server, tls: Tls, size: int, duration: float, re
         prioritize_body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed})
         _, prioritize_reply = _post(conn, "POST", "/prioritize", prioritize_body)
         for name, data in (("filter", filter_reply), ("prioritize", prioritize_reply)):
-            status, _ = _post(base, "PUT", f"/canned/{name}", data)
+            status, _ = _post(base, "PUT", baseline_app.canned_path(name, name), data)
             if status != 200:
                 raise RuntimeError(f"the baseline did not store the {name} reply (HTTP {status})")
     finally:
         conn.close()
         base.close()
     sides = {"imex": (imex, [("/filter", filter_body), ("/prioritize", prioritize_body)]),
-             "baseline": (baseline, [("/canned/filter", filter_body), ("/canned/prioritize", prioritize_body)])}
+             "baseline": (baseline, [(baseline_app.canned_path("filter", "filter"), filter_body),
+                                     (baseline_app.canned_path("prioritize", "prioritize"), prioritize_body)])}
     runs: dict[str, list[dict[str, Any]]] = {"imex": [], "baseline": []}
     for r in range(repeats):
         for side in ("imex", "baseline") if r % 2 == 0 else ("baseline", "imex"):
