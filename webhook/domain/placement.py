@@ -237,6 +237,8 @@ def still_fits(domain: str, group: Group, need: Demand, remaining: int, snapshot
     is taken out: the test a choice passes again when it is recorded next to the domain's latest promises
     (another replica may have promised some of the domain to another group since the choice was made).
     With ``policy``, an exclusive ComputeDomain recorded there meanwhile counts too (``exclusive``)."""
+    # Only the promises in this domain matter; a plan of many segments checks one domain per segment.
+    others = {g: r for g, r in others.items() if r.domain == domain}
     if policy is not None and exclusive.conflict(domain, group, snapshot, others, policy) is not None:
         return False
     return offer(domain, group, need, remaining, snapshot, holds(snapshot, others, group.id), allowed).pods >= remaining
