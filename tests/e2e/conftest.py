@@ -21,18 +21,16 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 
 from certs import files as cert_files
 from certs import issue as cert_issue
 from tests import serving
-from tests.e2e import objects
+from tests.e2e import install, objects
 from tests.e2e.controlplane import RELEASE, ControlPlane, build
 from tests.e2e.kubeapi import ApiCallError, KubeApi, eventually
 from tests.e2e.proxy import RoundRobinProxy
 from webhook.service import deploy
 
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 WEBHOOK_USER = f"system:serviceaccount:{deploy.NAMESPACE}:{deploy.SERVICE_NAME}"
 WEBHOOK_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{deploy.NAMESPACE}")
 
@@ -81,9 +79,6 @@ def cluster_objects() -> list[dict[str, Any]]:
         out.append(objects.node(f"hgx-x-{i:02d}", device_plugin_gpus=8, product="NVIDIA-H100-80GB-HBM3"))
     return out
 
-
-def _documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 class Kubelets:
@@ -172,7 +167,7 @@ class RealCluster:
         self.proxy.drop_connections()
 
     def register_webhook(self) -> None:
-        (config,) = _documents(MANIFESTS / "mutating-webhook.yaml")
+        (config,) = install.documents(install.MANIFESTS / "mutating-webhook.yaml")
         config = copy.deepcopy(config)
         (hook,) = config["webhooks"]
         hook["clientConfig"] = {"url": f"{self.url}{deploy.WEBHOOK_PATH}",
@@ -276,10 +271,6 @@ class RealCluster:
         return name
 
 
-def _established(api: KubeApi, crd: str) -> bool:
-    conditions = api.get("CustomResourceDefinition", None, crd).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
 
 @pytest.fixture(scope="session")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
@@ -291,14 +282,7 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
     try:
         plane.start()
         api = KubeApi(plane.server, str(plane.ca_file), plane.identity("admin", "e2e-admin", ["system:masters"]))
-        api.create_all(_documents(MANIFESTS / "namespace.yaml"))
-        for crd in ("crd-domainreservations.yaml", "crd-fabricattachments.yaml"):
-            api.create_all(_documents(MANIFESTS / crd))
-        api.create(objects.computedomain_crd(), exist_ok=True)
-        api.create_all(_documents(MANIFESTS / "rbac-webhook.yaml"))
-        for crd in ("domainreservations.imex-webhook.io", "fabricattachments.imex-webhook.io",
-                    "computedomains.resource.nvidia.com"):
-            eventually(lambda crd=crd: _established(api, crd), what=f"CRD {crd} established")
+        install.install_project(api)
         api.create_all(cluster_objects())
         for node in api.list("Node"):
             # The TaintNodesByCondition admission plugin gives every new node the not-ready taint; the node

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
-import functools
 import os
 import subprocess
 import sys
@@ -24,26 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from certs import files as cert_files
 from certs import issue as cert_issue
 from tests import serving
-from tests.e2e import objects
+from tests.e2e import install, objects
 from tests.e2e.controlplane import ControlPlane, build, free_port
 from tests.e2e.kubeapi import ApiCallError, KubeApi, eventually
 from tests.e2e.realbench.workload import GPUS_PER_NODE, Layout
 from webhook.service import deploy
 
-MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 WEBHOOK_USER = f"system:serviceaccount:{deploy.NAMESPACE}:{deploy.SERVICE_NAME}"
 WEBHOOK_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{deploy.NAMESPACE}")
 BUSY_NAMESPACE = "busy"
 THREADS = 16
 
-
-def _documents(path: Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 @dataclass
@@ -95,14 +88,7 @@ class BenchCluster:
         started = time.monotonic()
         layout = self.layout
         api = self.api
-        api.create_all(_documents(MANIFESTS / "namespace.yaml"))
-        for crd in ("crd-domainreservations.yaml", "crd-fabricattachments.yaml"):
-            api.create_all(_documents(MANIFESTS / crd))
-        api.create(objects.computedomain_crd(), exist_ok=True)
-        api.create_all(_documents(MANIFESTS / "rbac-webhook.yaml"))
-        for crd in ("domainreservations.imex-webhook.io", "fabricattachments.imex-webhook.io",
-                    "computedomains.resource.nvidia.com"):
-            eventually(functools.partial(_established, api, crd), what=f"CRD {crd} established")
+        install.install_project(api)
         api.create_all(objects.device_classes())
         names = [layout.node_name(i) for i in range(layout.nodes)]
 
@@ -139,7 +125,7 @@ class BenchCluster:
         self.service = self.stack.enter_context(serving.serve(
             self.workdir / "imex-webhook", "--kubeconfig", str(identity.kubeconfig), "--tls-dir", str(tls),
             "--client-ca", str(tls / "ca.crt"), *extra, ready_timeout=900, ca=tls / "ca.crt"))
-        (config,) = _documents(MANIFESTS / "mutating-webhook.yaml")
+        (config,) = install.documents(install.MANIFESTS / "mutating-webhook.yaml")
         config = copy.deepcopy(config)
         (hook,) = config["webhooks"]
         hook["clientConfig"] = {"url": f"https://127.0.0.1:{self.service.port}{deploy.WEBHOOK_PATH}",
@@ -224,10 +210,6 @@ def _domain_label() -> str:
     from webhook.domain import keys
     return keys.DOMAIN_LABEL
 
-
-def _established(api: KubeApi, crd: str) -> bool:
-    conditions = api.get("CustomResourceDefinition", None, crd).get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 def _terminate(proc: subprocess.Popen[bytes]) -> None:
