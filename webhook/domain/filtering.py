@@ -109,8 +109,8 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
         health=policy.fabric_health,
         policy=policy,
     )
-    running = any(m.pod.node_name for m in snapshot.members.get(group.id, ()))
-    if choice.domain is None and group.preferred and not running:  # a running job is not split afterwards
+    if choice.domain is None and group.preferred and not any(  # a running job is not split afterwards
+            m.pod.node_name for m in snapshot.members.get(group.id, ())):
         return _split(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates, choice.reason)
     if choice.domain is None:
         return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later, pod.uid)
