@@ -191,6 +191,64 @@ def test_the_agent_policy_expressions_compile() -> None:
         env.compile(item["expression"])
 
 
+def _webhook_policy_verdicts(old: dict[str, Any], new: dict[str, Any]) -> list[bool]:
+    policy = _one("ValidatingAdmissionPolicy", "imex-webhook-segment-label-only")
+    env = celpy.Environment()
+    activation: dict[str, Any] = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old)}
+    variables = {}
+    for item in policy["spec"]["variables"]:
+        variables[item["name"]] = env.program(env.compile(item["expression"])).evaluate(activation)
+    activation["variables"] = celpy.celtypes.MapType(
+        {celpy.celtypes.StringType(k): v for k, v in variables.items()})
+    return [bool(env.program(env.compile(v["expression"])).evaluate(activation))
+            for v in policy["spec"]["validations"]]
+
+
+def test_the_webhook_policy_binds_the_service_account_the_webhook_runs_as() -> None:
+    policy = _one("ValidatingAdmissionPolicy", "imex-webhook-segment-label-only")
+    (condition,) = policy["spec"]["matchConditions"]
+    account = _one("Deployment", deploy.SERVICE_NAME)["spec"]["template"]["spec"]["serviceAccountName"]
+    assert f"'system:serviceaccount:{deploy.NAMESPACE}:{account}'" in condition["expression"]
+    binding = _one("ValidatingAdmissionPolicyBinding", "imex-webhook-segment-label-only")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+_LABELS = {"app": "train", keys.GROUP_LABEL: "train"}
+
+
+def _pod(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+         image: str = "i") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "w-0", "annotations": annotations or {"a": "b"}}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"metadata": metadata, "spec": {"containers": [{"name": "c", "image": image}]}}
+
+
+_POD = _pod(_LABELS)
+
+
+@pytest.mark.parametrize(("new", "allowed"), [
+    (_pod({"app": "train", keys.GROUP_LABEL: "train", keys.SEGMENT_LABEL: "1"}), True),
+    (_pod(dict(_LABELS)), True),
+    (_pod({"app": "other", keys.GROUP_LABEL: "train", keys.SEGMENT_LABEL: "1"}), False),
+    (_pod({"app": "train", keys.GROUP_LABEL: "train", "extra": "x"}), False),
+    (_pod({keys.GROUP_LABEL: "train"}), False),
+    (_pod({}), False),
+    (_pod(dict(_LABELS), annotations={"a": "c"}), False),
+    (_pod(dict(_LABELS), image="other"), False),
+], ids=["adds-the-segment", "changes-nothing", "changes-another-label", "adds-another-label",
+        "drops-a-label", "drops-every-label", "changes-an-annotation", "changes-the-spec"])
+def test_the_webhook_may_change_only_the_segment_label_of_a_pod(new: dict[str, Any], allowed: bool) -> None:
+    assert all(_webhook_policy_verdicts(_POD, new)) is allowed
+
+
+def test_the_webhook_policy_accepts_a_pod_that_had_no_labels() -> None:
+    bare = _pod()
+    assert all(_webhook_policy_verdicts(bare, _pod({keys.SEGMENT_LABEL: "0"})))
+    assert not all(_webhook_policy_verdicts(bare, _pod({"app": "x"})))
+
+
 def test_workloads_run_as_non_root_with_read_only_roots_and_no_capabilities() -> None:
     for name in (deploy.SERVICE_NAME, deploy.SCHEDULER_NAME):
         spec = _one("Deployment", name)["spec"]["template"]["spec"]

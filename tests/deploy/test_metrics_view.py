@@ -42,6 +42,9 @@ class NoBinder:
     def bind(self, pod: Pod, node: str) -> None:
         raise DecisionError("not in these tests")
 
+    def label_segment(self, pod: Pod, index: int) -> None:
+        raise DecisionError("not in these tests")
+
 
 def engine_for(objects: list[dict[str, Any]], reservations: Sequence[Reservation] = (), *,
                clock: Callable[[], float] = lambda: NOW) -> Engine:

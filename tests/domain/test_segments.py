@@ -58,16 +58,48 @@ def test_a_member_belongs_to_the_segment_of_its_rank(size: int, per: str, index:
     assert segments.job_of(group.id) == f"cd:{builders.cd_uid('job')}"
 
 
-@pytest.mark.parametrize(("size", "per", "index", "problem"), [
-    (6, "3", None, "the pod has no rank"),
-    (6, "3", 9, "rank 9 is beyond the job's 6 pods"),
-    (6, "lots", 0, "imex-webhook.io/segment-size='lots' is not a segment size"),
-], ids=["no rank", "rank beyond the job", "unusable annotation"])
+@pytest.mark.parametrize(("size", "per", "index", "label", "problem"), [
+    (6, "3", 9, None, "rank 9 is beyond the job's 6 pods"),
+    (6, "lots", 0, None, "imex-webhook.io/segment-size='lots' is not a segment size"),
+    (6, "3", None, "2", "label imex-webhook.io/segment='2' names no segment of the job's 2 (0 to 1)"),
+    (6, "3", None, "-1", "label imex-webhook.io/segment='-1' names no segment"),
+    (6, "3", None, "9" * 60, "names no segment"),
+], ids=["rank beyond the job", "unusable annotation", "label beyond the job", "negative label", "huge label"])
 def test_a_pod_that_cannot_be_given_its_segment_is_refused_with_the_reason(size: int, per: str, index: int | None,
-                                                                           problem: str) -> None:
+                                                                           label: str | None, problem: str) -> None:
     snap = builders.snapshot(_cd("job", size, per))
-    resolution = grouping.resolve(parsing.pod(_pod("job-x", index)), snap.catalog, Policy())
+    pod = _pod("job-x", index)
+    if label is not None:
+        pod["metadata"]["labels"] = {keys.SEGMENT_LABEL: label}
+    resolution = grouping.resolve(parsing.pod(pod), snap.catalog, Policy())
     assert any(problem in p for p in resolution.problems), resolution.problems
+
+
+def test_a_member_without_a_rank_is_a_member_of_the_whole_job_until_it_is_given_a_segment() -> None:
+    snap = builders.snapshot(_cd("job", 6, "3"))
+    resolution = grouping.resolve(parsing.pod(_pod("job-x", None)), snap.catalog, Policy())
+    group = resolution.group
+    assert not resolution.problems and group is not None
+    assert (group.id, group.segment, group.unassigned_per, resolution.size) == (
+        f"cd:{builders.cd_uid('job')}", None, 3, 6)
+
+
+def test_a_member_without_a_rank_belongs_to_the_segment_its_label_names() -> None:
+    snap = builders.snapshot(_cd("job", 7, "3"))
+    pod = _pod("job-x", None)
+    pod["metadata"]["labels"] = {keys.SEGMENT_LABEL: "2"}
+    resolution = grouping.resolve(parsing.pod(pod), snap.catalog, Policy())
+    group = resolution.group
+    assert not resolution.problems and group is not None and group.segment is not None
+    assert (group.segment.index, resolution.size, group.unassigned_per) == (2, 1, 0)
+
+
+def test_a_rank_outweighs_a_segment_label() -> None:
+    snap = builders.snapshot(_cd("job", 6, "3"))
+    pod = _pod("job-x", 4)
+    pod["metadata"]["labels"] = {keys.SEGMENT_LABEL: "0"}
+    group = grouping.resolve(parsing.pod(pod), snap.catalog, Policy()).group
+    assert group is not None and group.segment is not None and group.segment.index == 1
 
 
 def test_a_job_that_fits_one_segment_is_one_group_as_before() -> None:
@@ -180,7 +212,7 @@ def test_hostile_segment_requests_get_a_clear_problem(size: int, per: str, rank:
     assert any(problem in p for p in resolution.problems), resolution.problems
 
 
-def test_admission_labels_each_segment_apart_writes_the_jobs_size_and_refuses_a_pod_without_rank() -> None:
+def test_admission_labels_each_segment_apart_writes_the_jobs_size_and_admits_a_pod_without_rank_to_the_job() -> None:
     snap = builders.snapshot(_cd("job", 6, "3"))
     job = f"cd:{builders.cd_uid('job')}"
 
@@ -193,8 +225,12 @@ def test_admission_labels_each_segment_apart_writes_the_jobs_size_and_refuses_a_
     assert all(a["/metadata/annotations/imex-webhook.io~1group-size"] == "6" for a in added)
     terms = [str(a) for a in added]
     assert mutating.group_label_value(f"{job}#s0") in terms[0] and mutating.group_label_value(f"{job}#s1") in terms[1]
-    refused = admit(None)
-    assert not refused.allowed and "the pod has no rank" in refused.message
+    unranked = admit(None)
+    assert unranked.allowed and unranked.group_id == job
+    ops = {op["path"]: op.get("value") for op in unranked.patch}
+    assert ops["/metadata/labels/imex-webhook.io~1group"] == mutating.group_label_value(job)
+    assert "podAffinity" not in str(ops), "the extender keeps it in its segment, not a pod affinity"
+    assert any("gives the pod a segment of job job when it is scheduled" in w for w in unranked.warnings)
 
 
 def _ranks(objects: list[dict[str, Any]]) -> list[int | None]:

@@ -1,5 +1,6 @@
 """What the real-cluster suite and the real-scheduler benchmark install before the service starts: the
-project's namespace, CRDs and RBAC from ``manifests/``, and NVIDIA's ComputeDomain CRD."""
+project's namespace, CRDs, RBAC and the webhook's admission policy from ``manifests/``, and NVIDIA's ComputeDomain
+CRD."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ def established(api: KubeApi, crd: str) -> bool:
 
 
 def install_project(api: KubeApi) -> None:
-    """The namespace, the CRDs (once established) and the webhook's RBAC, as a deployment applies them."""
+    """The namespace, the CRDs (once established), the webhook's RBAC and the admission policy that narrows it,
+    as a deployment applies them."""
     api.create_all(documents(MANIFESTS / "namespace.yaml"))
     for crd in ("crd-domainreservations.yaml", "crd-fabricattachments.yaml"):
         api.create_all(documents(MANIFESTS / crd))
     api.create(objects.computedomain_crd(), exist_ok=True)
     api.create_all(documents(MANIFESTS / "rbac-webhook.yaml"))
+    api.create_all(documents(MANIFESTS / "webhook-admission-policy.yaml"))
     for crd in CRDS:
         eventually(functools.partial(established, api, crd), what=f"CRD {crd} established")

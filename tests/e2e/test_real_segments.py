@@ -3,15 +3,16 @@ NVLink domain"): an Indexed Job's ComputeDomain annotated imex-webhook.io/segmen
 segments, each in one clique, neighbouring ranks together; admission gives each segment its own required pod
 affinity, which kube-scheduler's InterPodAffinity enforces. Racks a (4 nodes) and b (3) take device-plugin pods.
 With --block-label, a job no network block can hold is refused before any pod binds, its reason naming the
-shape."""
+shape. Bare pods without a rank are each given a segment at their filter (the label imex-webhook.io/segment,
+which a ValidatingAdmissionPolicy lets the webhook's identity write and nothing else)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.e2e import objects, scenario
-from tests.e2e.conftest import GPUS_PER_NODE, RealCluster, rack_of
-from tests.e2e.kubeapi import eventually
+from tests.e2e.conftest import GPUS_PER_NODE, WEBHOOK_GROUPS, WEBHOOK_USER, RealCluster, rack_of
+from tests.e2e.kubeapi import ApiCallError, KubeApi, eventually
 from webhook.domain import keys
 
 pytestmark = pytest.mark.realcluster
@@ -108,5 +109,36 @@ def test_a_preferred_job_no_rack_holds_falls_back_to_the_largest_segments_that_f
             (0, 4, True), (1, 2, True)]
         pods = real_cluster.api.list("Pod", ns)
         assert not any("podAffinity" in str(p["spec"].get("affinity")) for p in pods)  # the extender keeps each part
+    finally:
+        real_cluster.cleanup(ns)
+
+
+def test_bare_pods_without_a_rank_are_each_given_a_segment_and_each_segment_lands_in_one_rack(
+        real_cluster: RealCluster) -> None:
+    ns = real_cluster.namespace("segments-unranked")
+    try:
+        body = objects.computedomain(ns, "train", 6)
+        body["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: "3"}
+        cd = real_cluster.api.create(body)
+        real_cluster.api.create(objects.channel_template(ns, "train", cd["metadata"]["uid"]))
+        names = [f"worker-{c}" for c in "uvwxyz"]  # no controller, no index: nothing to rank them by
+        for name in names:
+            real_cluster.api.create(objects.pod(ns, name, gpus=GPUS_PER_NODE, claims=[scenario.channel("train")]))
+        placed = real_cluster.wait_bound(ns, names, timeout=90)
+        stored = {p["metadata"]["name"]: p for p in real_cluster.api.list("Pod", ns)}
+        segment = {n: stored[n]["metadata"]["labels"].get(keys.SEGMENT_LABEL) for n in names}
+        assert sorted(segment.values()) == ["0", "0", "0", "1", "1", "1"], segment
+        racks = {s: {rack_of(placed[n]) for n in names if segment[n] == s} for s in ("0", "1")}
+        assert all(len(r) == 1 for r in racks.values()) and racks["0"] != racks["1"], (racks, placed)
+        assert len(set(placed.values())) == 6  # one member per node, across segments too
+
+        # The policy narrows the webhook's pod patch to that one label (the API server evaluates its CEL).
+        as_webhook = KubeApi(real_cluster.plane.server, str(real_cluster.plane.ca_file),
+                             real_cluster.plane.identity("webhook", WEBHOOK_USER, WEBHOOK_GROUPS))
+        as_webhook.merge_patch("Pod", ns, names[0], {"metadata": {"labels": {keys.SEGMENT_LABEL: segment[names[0]]}}})
+        for patch in ({"metadata": {"labels": {"app": "other"}}}, {"metadata": {"annotations": {"x": "y"}}}):
+            with pytest.raises(ApiCallError) as refused:
+                as_webhook.merge_patch("Pod", ns, names[0], patch)
+            assert refused.value.status in (403, 422) and "imex-webhook-segment-label-only" in refused.value.body
     finally:
         real_cluster.cleanup(ns)

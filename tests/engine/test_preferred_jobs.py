@@ -72,11 +72,13 @@ def test_the_asked_segment_size_is_the_largest_tried() -> None:
     assert sorted(size for _, size in c.reserved().values()) == [4, 4, 4]
 
 
-def test_a_preferred_job_that_must_be_split_needs_ranks_and_says_so() -> None:
+def test_a_member_without_a_rank_of_a_preferred_job_that_must_be_split_is_given_the_first_segment() -> None:
     c = Cluster({"a": 3, "b": 3}, 6)
     out = c.engine.filter(c.pod(None), sorted(c.store.snapshot().nodes))
-    assert out.passed == () and c.reserved() == {}
-    assert out.context is not None and "the pod has no rank" in out.context.reason
+    assert c.reserved() == {f"{c.job}#s0": ("a", 3), f"{c.job}#s1": ("b", 3)}
+    assert {n[0] for n in out.passed} == {"a"}
+    pod = c.store.pod("ml", "train-None")
+    assert pod is not None and pod.labels[keys.SEGMENT_LABEL] == "0"
 
 
 def test_admission_gives_a_preferred_job_no_pod_affinity_and_the_jobs_label() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from webhook.adapters.memory import MemoryAttachmentStore, MemoryReservationStore
-from webhook.domain import group_sources
+from webhook.domain import group_sources, keys
 from webhook.domain.limits import DEFAULT_POD_TTL
 from webhook.domain.model import Pod
 from webhook.engine.ports import EventSink, Nudger
@@ -116,6 +116,17 @@ def bind_locally(store: ClusterStore, namespace: str, name: str, node: str) -> P
     return pod
 
 
+def label_locally(store: ClusterStore, pod: Pod, index: int) -> None:
+    """Record the segment label as the API server would (webhook.engine.segment_labels), UID precondition."""
+
+    def labelled(current: Pod | None) -> Pod:
+        if current is None or current.uid != pod.uid:
+            raise DecisionError(f"pod {pod.ref} not found: it was deleted before its segment could be written")
+        return replace(current, labels={**current.labels, keys.SEGMENT_LABEL: str(index)})
+
+    store.modify("Pod", (pod.namespace, pod.name), labelled)
+
+
 class EmbeddedBinder:
     def __init__(self, store: ClusterStore) -> None:
         self.store = store
@@ -130,6 +141,9 @@ class EmbeddedBinder:
         if current.node_name and current.node_name != node:
             raise DecisionError(f'pod {pod.name} is already assigned to node "{current.node_name}"')
         bind_locally(self.store, pod.namespace, pod.name, node)
+
+    def label_segment(self, pod: Pod, index: int) -> None:
+        label_locally(self.store, pod, index)
 
 
 class EmbeddedBackend:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from webhook.domain import candidates as candidates_
 from webhook.domain import capacity, grouping, health, node_constraints, placement, repair, segment_plan, segments
+from webhook.domain import segment_assignment as assignment
 from webhook.domain.capacity import Verdict
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -36,6 +37,9 @@ class Context:
     pod_uid: str = ""
     # A segment's choice is the whole job's plan: the other segments' reservations, stored with this one.
     siblings: tuple[tuple[Group, Reservation], ...] = ()
+    # A member without a rank given its segment by this decision: the engine writes the segment label on the
+    # pod before it passes (webhook.domain.segment_assignment).
+    gives_segment: bool = False
 
     @property
     def group(self) -> Group | None:
@@ -80,8 +84,10 @@ def live_reservations(snapshot: Snapshot, proposals: Mapping[str, Reservation], 
 
 
 def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: Policy,
-            now: float, holder: str = "", candidates: Sequence[str] | None = None) -> Context | None:
-    """Resolve the pod's group and the group's domain; None for a pod outside any group."""
+            now: float, holder: str = "", candidates: Sequence[str] | None = None,
+            given: Mapping[str, str] | None = None) -> Context | None:
+    """Resolve the pod's group and the group's domain; None for a pod outside any group. ``given``: the
+    segments this process gave members without a rank that the cache does not show yet (pod uid -> id)."""
     resolution = grouping.resolve(pod, snapshot.catalog, policy)
     group = resolution.group
     if group is None:
@@ -89,6 +95,27 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
     need = capacity.demand(pod, snapshot.catalog, policy)
     if resolution.problems:
         return Context(resolution, need, None, None, None, "; ".join(resolution.problems), pod_uid=pod.uid)
+    job, job_size, moved = group, resolution.size, ""
+    if group.segment is not None and assignment.excess(group, pod, snapshot, given or {}):
+        job, job_size = assignment.whole_job(group)
+        moved = f"segment {group.segment.index} holds its {group.segment.pods()} pods without this one; "
+    if job.unassigned_per and job_size is not None:
+        member, why = assignment.choose(job, job_size, pod, snapshot, given or {})
+        why = moved + why
+        if member is None or member.segment is None:
+            return Context(resolution, need, None, None, None, why, pod_uid=pod.uid)
+        ctx = context_of_segment(pod, replace(resolution, group=member, size=member.segment.pods()), need,
+                                 snapshot, proposals, policy, now, holder, candidates)
+        return replace(ctx, gives_segment=True, reason=f"{why}; {ctx.reason}")
+    return context_of_segment(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates, given)
+
+
+def context_of_segment(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
+                       proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
+                       candidates: Sequence[str] | None, given: Mapping[str, str] | None = None) -> Context:
+    """The domain of a resolved group (a segment, a whole job or any other group) and why."""
+    group = resolution.group
+    assert group is not None
     existing = current_reservation(group, snapshot, proposals, policy, now)
     if existing is not None:
         origin = "reserved" if existing.version else "proposed"
@@ -97,7 +124,8 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
     if group.segment is not None:
         return _segment_context(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates)
     if group.preferred:
-        split = _split_already(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates)
+        split = _split_already(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates,
+                               given or {})
         if split is not None:
             return split
     known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
@@ -111,7 +139,8 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
     )
     if choice.domain is None and group.preferred and not any(  # a running job is not split afterwards
             m.pod.node_name for m in snapshot.members.get(group.id, ())):
-        return _split(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates, choice.reason)
+        return _split(pod, resolution, need, snapshot, proposals, policy, now, holder, candidates, choice.reason,
+                      given or {})
     if choice.domain is None:
         return Context(resolution, need, None, None, None, choice.reason, choice.resolvable_later, pod.uid)
     _, placed, _ = placement.members_summary(snapshot.members.get(group.id, ()))
@@ -132,7 +161,7 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
 
 def _split_already(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
                    proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
-                   candidates: Sequence[str] | None) -> Context | None:
+                   candidates: Sequence[str] | None, given: Mapping[str, str]) -> Context | None:
     """A preferred job whose split this pod's catalog does not show yet, though its segments are promised:
     the pod's segment at the size chosen."""
     group = resolution.group
@@ -143,18 +172,27 @@ def _split_already(pod: Pod, resolution: GroupResolution, need: Demand, snapshot
         return None
     member, size, problems = segments.at_rank(group, resolution.size, min(sizes), pod, PREFERRED,
                                                   snapshot.catalog)
+    gives = bool(member.unassigned_per)
+    if gives and not problems:
+        found, why = assignment.choose(member, resolution.size, pod, snapshot, given)
+        if found is None or found.segment is None:
+            problems = [why]
+        else:
+            member, size = found, found.segment.pods()
     at = replace(resolution, group=member, size=size, problems=tuple(problems))
     if problems:
         return Context(at, need, None, None, None, "; ".join(problems), pod_uid=pod.uid)
     existing = current_reservation(member, snapshot, proposals, policy, now)
     if existing is not None:
-        return Context(at, need, existing.domain, existing, None, "domain of the job's segment", pod_uid=pod.uid)
-    return _segment_context(pod, at, need, snapshot, proposals, policy, now, holder, candidates)
+        return Context(at, need, existing.domain, existing, None, "domain of the job's segment", pod_uid=pod.uid,
+                       gives_segment=gives)
+    return replace(_segment_context(pod, at, need, snapshot, proposals, policy, now, holder, candidates),
+                   gives_segment=gives)
 
 
 def _split(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
            proposals: Mapping[str, Reservation], policy: Policy, now: float, holder: str,
-           candidates: Sequence[str] | None, whole: str) -> Context:
+           candidates: Sequence[str] | None, whole: str, given: Mapping[str, str]) -> Context:
     """A preferred job no domain holds whole now: the largest segments that fit, by rank."""
     group = resolution.group
     assert group is not None
@@ -163,8 +201,15 @@ def _split(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapsh
         return Context(resolution, need, None, None, None, whole, True, pod.uid)
     asked, _ = segments.requested(pod.annotations, snapshot.catalog.compute_domains.get(group.compute_domain or ""))
 
+    unranked = False  # the pod has no rank: whatever the segment size, it is given its segment
+
     def at(per: int) -> Group | str:
+        nonlocal unranked
         member, _, problems = segments.at_rank(group, size, per, pod, PREFERRED, snapshot.catalog)
+        if member.unassigned_per and not problems:
+            unranked = True
+            found, why = assignment.choose(member, size, pod, snapshot, given)
+            return found if found is not None else why
         return "; ".join(problems) if problems else member
 
     live = live_reservations(snapshot, proposals, policy, now)
@@ -177,8 +222,8 @@ def _split(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapsh
     note = (f"{PREFERRED}: no domain holds all {size} pods now ({whole}), so the job is split into "
             f"{member.segment.count} segments of {member.segment.size}: ")
     at_member = replace(resolution, group=member, size=member.segment.pods())
-    return _segment_context(pod, at_member, need, snapshot, proposals, policy, now, holder, candidates,
-                            planned, note)
+    return replace(_segment_context(pod, at_member, need, snapshot, proposals, policy, now, holder, candidates,
+                                    planned, note), gives_segment=unranked)
 
 
 def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapshot: Snapshot,
@@ -214,13 +259,14 @@ def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapsh
 def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
                  proposals: Mapping[str, Reservation], now: float,
                  node_view: Mapping[str, Node] | None = None, holder: str = "",
-                 sets: candidates_.NodeSets = candidates_.DERIVED) -> FilterOutcome:
+                 sets: candidates_.NodeSets = candidates_.DERIVED,
+                 given: Mapping[str, str] | None = None) -> FilterOutcome:
     """Split ``candidates`` into passed, failed and unresolvable nodes, each failure with its reason.
 
     ``node_view`` holds the nodes as the scheduler sent them (full NodeList mode); otherwise the cache.
     ``sets``: what the split derives from the cache's nodes, computed or memoized (``candidates.NodeSets``).
     """
-    ctx = context(pod, snapshot, proposals, policy, now, holder, candidates)
+    ctx = context(pod, snapshot, proposals, policy, now, holder, candidates, given)
     if ctx is None:
         pending = grouping.unresolved_claims(pod, snapshot.catalog)
         if pending:

@@ -28,6 +28,9 @@ SEGMENT_SIZE_ANNOTATION = f"{PREFIX}/segment-size"
 # when one fits, else is split into as few domains as possible (webhook.domain.segments).
 PLACEMENT_ANNOTATION = f"{PREFIX}/placement"
 GROUP_LABEL = f"{PREFIX}/group"
+# "k" on a pod of a job cut into segments: the pod's segment. The extender writes it at the first filter of
+# a member with no rank of its own (webhook.domain.segment_assignment); a user may set it at creation.
+SEGMENT_LABEL = f"{PREFIX}/segment"
 # The Indexed Job controller's rank of a pod (annotation and label): a member's segment (webhook.domain.segments).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"

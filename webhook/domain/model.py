@@ -242,6 +242,9 @@ class Group:
     spares: int = 0  # nodes of its domain its reservation holds for replacements (webhook.domain.spares)
     segment: Segment | None = None  # one segment of a job larger than a domain (webhook.domain.segments)
     preferred: bool = False  # imex-webhook.io/placement: preferred (split only when no domain fits)
+    # A member of a job cut into segments of this many pods that has no rank and no segment label yet: its
+    # segment is given at its first filter (webhook.domain.segment_assignment). 0 for every other group.
+    unassigned_per: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +291,13 @@ class Member:
     demand: Demand
 
 
+# A bind refreshes its reservation's placement time (an API write) at most this often. The time only moves
+# the reservation's expiry (the reservation TTL, minutes) and the grace before a reservation with no member in
+# the cache is released (webhook.engine.housekeeping.GRACE, 30 s); a few seconds of lag change neither, and
+# the pods of one group, bound within seconds of each other, then cost one write instead of one each.
+PLACEMENT_REFRESH = 5.0
+
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """Group -> domain, chosen once for the whole group; lives in the API server in Kubernetes mode."""
@@ -309,6 +319,11 @@ class Reservation:
     def expired(self, now: float, ttl: float) -> bool:
         """True when no member was placed within ``ttl`` seconds of creation or of the last placement."""
         return now - (self.placed_at or self.created_at) > ttl
+
+    def placement_due(self, now: float) -> bool:
+        """Whether a bind at ``now`` writes its placement into the stored reservation: the first one does,
+        later ones only once the recorded time is ``PLACEMENT_REFRESH`` seconds old."""
+        return self.placed_at is None or now - self.placed_at >= PLACEMENT_REFRESH
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,7 +166,12 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
                 "pinned-outside-domain", group.id, warnings)
     # A preferred job's segments are chosen at its first filter, after some pods were admitted: its pods carry
     # the job's label and identity, and no pod affinity (the job may be split; the extender keeps each part).
+    # So does a member without a rank: its segment is given at its first filter (segment_assignment).
     identity = group.segment.job_id if group.preferred and group.segment is not None else group.id
+    if group.unassigned_per:
+        warnings.append(clip(f"no rank and no {keys.SEGMENT_LABEL} label: imex-webhook gives the pod a segment of "
+                             f"job {group.name} when it is scheduled; the extender, not a pod affinity, keeps it "
+                             "there", WARNING_MAX))
     label = group_label_value(identity)
     written = pod.labels.get(keys.GROUP_LABEL)
     if written is not None and written != label:
@@ -180,7 +185,7 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
         patch.add(("metadata", "labels", keys.GROUP_LABEL), label)
     topology_key = policy.affinity_topology_key
     upstream = upstream_topology(pod, catalog, policy)
-    if upstream is None and not group.preferred:
+    if upstream is None and not group.preferred and not group.unassigned_per:
         _require_pod_affinity(patch, topology_key, label)
     _require_domain_node(patch, topology_key)
     _schedule_with(patch, policy.scheduler_name, warnings)

@@ -9,10 +9,12 @@ filter, preemption, repair. What ties the segments of a job together is the plan
 (``webhook.domain.segment_plan``): the whole job's capacity is checked, across as few domains as possible
 and under one network block, before any segment is reserved.
 
-A member belongs to segment floor(rank / N), where its rank is the Job completion index
-(``batch.kubernetes.io/job-completion-index``, the Indexed Job's and JobSet's children's pods carry it), so
-that neighbouring ranks share NVLink. A pod without one cannot be given its segment at admission and is
-refused with the reason; without the annotation nothing changes (one domain for the whole group).
+A member belongs to segment floor(rank / N), where its rank comes from its controller (the Job completion
+index ``batch.kubernetes.io/job-completion-index``, a JobSet's job index, a training job's replica index, a
+LeaderWorkerSet's worker index), so that neighbouring ranks share NVLink. A member with no rank belongs to
+the segment its ``imex-webhook.io/segment`` label names; without that label it is admitted as a member of
+the whole job and given a segment with room at its first filter, which writes the label
+(``webhook.domain.segment_assignment``). Without the annotation nothing changes (one domain for the group).
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ MAX_SEGMENTS = 20_000
 COMPLETION_INDEX = keys.COMPLETION_INDEX
 _DIGITS = re.compile(r"[0-9]{1,6}")
 SEPARATOR = "#s"
-NO_RANK = (f"the pod has no rank (a Job completion index {COMPLETION_INDEX}, a JobSet's job index, a training "
-           "job's replica index or a LeaderWorkerSet worker index)")
 
 
 def segment_id(job_id: str, index: int) -> str:
@@ -171,14 +171,33 @@ def at_rank(group: Group, size: int, per: int, pod: Pod, what: str,
     """The pod's segment of ``group`` cut into segments of ``per`` pods, by its rank."""
     count = -(-size // per)
     index, problem = rank(pod, catalog)
-    if problem or index is None:
-        return group, size, [f"{what}: a member is put in segment floor(rank / {per}) by its rank, and "
-                             + (problem or NO_RANK)]
+    if problem:
+        return group, size, [f"{what}: a member is put in segment floor(rank / {per}) by its rank, and {problem}"]
+    if index is None:
+        labelled = pod.labels.get(keys.SEGMENT_LABEL)
+        if labelled is None:
+            return replace(group, unassigned_per=per), size, []  # given a segment at its first filter
+        given = parse_index(labelled)
+        if given is None or given >= count:
+            return group, size, [f"{what}: the pod's label {keys.SEGMENT_LABEL}={shown(labelled)} names no segment "
+                                 f"of the job's {count} (0 to {count - 1}); remove it and imex-webhook gives the pod "
+                                 "a segment with room"]
+        return job_segment(group, size, per, given)
     if index >= size:
         return group, size, [f"{what}: the pod's rank {index} is beyond the job's {size} pods"]
-    seg = Segment(job_id=group.id, job_name=group.name, index=index // per, count=count, size=per, job_size=size,
-                  preferred=group.preferred)
-    return sibling(group, seg, seg.index), seg.pods(), []
+    return job_segment(group, size, per, index // per)
+
+
+def parse_index(raw: str) -> int | None:
+    text = raw.strip()
+    return int(text) if _DIGITS.fullmatch(text) else None
+
+
+def job_segment(group: Group, size: int, per: int, index: int) -> tuple[Group, int, list[str]]:
+    """Segment ``index`` of ``group`` (the whole job's group) cut into segments of ``per`` pods, and its pods."""
+    seg = Segment(job_id=group.id, job_name=group.name, index=index, count=-(-size // per), size=per,
+                  job_size=size, preferred=group.preferred)
+    return sibling(replace(group, unassigned_per=0), seg, index), seg.pods(), []
 
 
 def sibling(group: Group, seg: Segment, index: int) -> Group:

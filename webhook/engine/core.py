@@ -21,6 +21,7 @@ from webhook.engine.events import LogEvents, Reporter
 from webhook.engine.health_watch import HealthWatch
 from webhook.engine.ports import Attacher, Binder, EventSink, NoFabric, ReservationStore
 from webhook.engine.refusals import Refusals
+from webhook.engine.segment_labels import SegmentLabels
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
 from webhook.state.node_sets import NodeSets
@@ -48,6 +49,7 @@ class Core:
         # Groups the filter refused, for the retry once capacity returns (webhook.engine.requeue); every
         # change of the caches, and every refusal, wakes the workers that act on it.
         self.refusals = Refusals()
+        self.segment_labels = SegmentLabels(binder, store, clock)  # members without a rank (segment_assignment)
         self.changes = threading.Event()
         store.subscribe(self.changes.set)
         reservations.subscribe(self.changes.set)

@@ -25,13 +25,31 @@ def _decide(core: Core, pod: Pod, candidates: Sequence[str],
     now = core.clock()
     inputs = core.inputs()
     result = filtering.filter_nodes(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now,
-                                    node_view, core.holder, core.node_sets)
+                                    node_view, core.holder, core.node_sets, core.segment_labels.given())
     return result, inputs
+
+
+def _gives_segment(result: filtering.FilterOutcome) -> bool:
+    return result.context is not None and result.context.gives_segment
 
 
 def filter_pod(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> filtering.FilterOutcome:
     core.require_loaded()
     result, inputs = _decide(core, pod, candidates, node_view)
+    if not _gives_segment(result):
+        return _settle(core, pod, candidates, node_view, result, inputs)
+    with core.segment_labels.lock:  # one member without a rank at a time: two never take one place
+        result, inputs = _decide(core, pod, candidates, node_view)
+        result = _settle(core, pod, candidates, node_view, result, inputs)
+        ctx = result.context
+        if result.passed and ctx is not None and ctx.gives_segment and ctx.group is not None:
+            core.segment_labels.give(pod, ctx.group)
+        return result
+
+
+def _settle(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView,
+            result: filtering.FilterOutcome, inputs: tuple[object, ...]) -> filtering.FilterOutcome:
+    """Store the group's choice when it has none yet, then report and log the decision."""
     ctx = result.context
     if ctx is not None and ctx.reservation is not None and not ctx.reservation.version:
         try:

@@ -112,6 +112,11 @@ class Binder(Protocol):
         """Create the binding (UID precondition); raise DecisionError with the reason on failure."""
         ...
 
+    def label_segment(self, pod: Pod, index: int) -> None:
+        """Write ``imex-webhook.io/segment: "<index>"`` on the pod (UID precondition); raise DecisionError with
+        the reason on failure (``webhook.engine.segment_labels``)."""
+        ...
+
 
 class Attacher(Protocol):
     """Attach ``gpus`` fabric GPUs to ``node`` for ``pod`` before it binds (``deadline``: wall time)."""

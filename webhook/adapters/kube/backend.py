@@ -23,6 +23,7 @@ from kubernetes.client import ApiClient
 
 from webhook.adapters.kube.api import (
     EXTENDER_HTTP_TIMEOUT,
+    MERGE_PATCH,
     Api,
     ApiError,
     KubeConfigError,
@@ -45,7 +46,7 @@ from webhook.adapters.kube.resources import (
 )
 from webhook.adapters.kube.watch import Sink, Watcher
 from webhook.adapters.kube.watch_settings import WatchSettings
-from webhook.domain import parsing
+from webhook.domain import keys, parsing
 from webhook.domain.model import Pod
 from webhook.engine.ports import Binder, Nudger, ReservationStore
 from webhook.errors import DecisionError, WireError
@@ -98,6 +99,18 @@ class KubeBinder:
             self._api.call("POST", PODS.path(pod.namespace, pod.name, "binding"), body=body)
         except ApiError as exc:
             raise DecisionError(self._explain(pod, node, exc)) from exc
+
+    def label_segment(self, pod: Pod, index: int) -> None:
+        # The UID in the patch is its precondition: a pod re-created under the same name is not labelled.
+        patch = {"metadata": {"uid": pod.uid, "labels": {keys.SEGMENT_LABEL: str(index)}}}
+        try:
+            self._api.call("PATCH", PODS.path(pod.namespace, pod.name), body=patch, content_type=MERGE_PATCH)
+        except ApiError as exc:
+            if exc.status == 404:
+                raise DecisionError(f"pod {pod.ref} no longer exists; it was deleted before its segment could be "
+                                    f"written: {exc.message}") from exc
+            raise DecisionError(exc.explain(f"write segment {index} on pod {pod.ref} (label {keys.SEGMENT_LABEL})",
+                                            "patch", "pods")) from exc
 
     @staticmethod
     def _explain(pod: Pod, node: str, exc: ApiError) -> str:

@@ -35,7 +35,7 @@ import random
 from collections import defaultdict
 from typing import Any, Protocol
 
-from webhook.adapters.embedded import bind_locally
+from webhook.adapters.embedded import bind_locally, label_locally
 from webhook.adapters.memory import MemoryReservationStore
 from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Node, Pod
@@ -218,6 +218,9 @@ class _SimBinder:
         attached = p.attached_now
         p.cluster.bind((job.index, index), p.node_index[node], job.gpus, _group(job), attached)
         bind_locally(p.store, pod.namespace, pod.name, node)
+
+    def label_segment(self, pod: Pod, index: int) -> None:
+        label_locally(self.policy.store, pod, index)
 
 
 class _SimAttacher:
