@@ -60,6 +60,20 @@ def test_the_whole_job_lands_in_the_domain_the_first_filter_chose(engine: Engine
     assert res.domain == demo.clique_value("gb200-c") and res.size == 8 and res.placed_at == 1000.0
 
 
+def test_binds_within_seconds_of_each_other_write_the_placement_time_once(engine: Engine, clock: Clock) -> None:
+    versions = []
+    for i, at in enumerate((1000.0, 1001.0, 1004.9, 1005.0, 1006.0)):
+        clock.now = at
+        passed = _submit(engine, f"train-8-{i}", "train-8")
+        engine.bind("ml", f"train-8-{i}", demo.uid("pod", "ml", f"train-8-{i}"), passed[0])
+        (stored,) = engine.reservations.all().values()
+        versions.append((stored.version, stored.placed_at))
+    # The first bind records 1000; the next two are within PLACEMENT_REFRESH of it and write nothing; the
+    # bind at 1005 records again, the one at 1006 does not.
+    assert [v[1] for v in versions] == [1000.0, 1000.0, 1000.0, 1005.0, 1005.0]
+    assert versions[0][0] == versions[1][0] == versions[2][0] != versions[3][0] == versions[4][0]
+
+
 def test_a_second_job_does_not_take_the_first_jobs_promised_capacity(engine: Engine) -> None:
     first = _submit(engine, "train-8-0", "train-8")
     second = _submit(engine, "train-4-0", "train-4")

@@ -49,7 +49,7 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
                 raise
             core.report.attach_done(pod, node, attached, snapshot.catalog)
         core.binder.bind(pod, node)
-        if plan.reservation is not None:
+        if plan.reservation is not None and plan.reservation.placement_due(now):
             _placed(core, plan.reservation.group_id, now)
     except DecisionError as exc:
         decision_log("bind", ref, node=node, outcome="error", reason=str(exc))

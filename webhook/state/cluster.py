@@ -343,9 +343,9 @@ class ClusterStore:
         return Snapshot(
             nodes=nodes,
             used_gpus=dict(index.used),
-            node_groups={n: frozenset(g) for n, g in index.node_groups.items()},
-            node_compute_domains={n: frozenset(c) for n, c in index.node_cds.items()},
-            members={g: tuple(m.values()) for g, m in index.members.items()},
+            node_groups=index.groups_by_node(),
+            node_compute_domains=index.compute_domains_by_node(),
+            members=index.members_by_group(),
             domains=domains,
             catalog=self._catalog(copy=True),
             fabric_free=dict(self._fabric_free),

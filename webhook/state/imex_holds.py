@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 
 from webhook.domain.model import ClaimSpec
 from webhook.domain.node_constraints import UNKNOWN_HOLDER
+from webhook.state.frozen_views import FrozenView
 
 
 def holder(claim: ClaimSpec) -> str:
@@ -26,6 +27,7 @@ class ImexHolds:
 
     def __init__(self) -> None:
         self._by_node: dict[str, Counter[str]] = defaultdict(Counter)
+        self._view: FrozenView[str, Counter[str], frozenset[str]] = FrozenView(frozenset)
 
     def changed(self, old: ClaimSpec | None, new: ClaimSpec | None) -> None:
         for claim, sign in ((old, -1), (new, 1)):
@@ -33,6 +35,7 @@ class ImexHolds:
                 continue
             who = holder(claim)
             for node in claim.imex_nodes:
+                self._view.touch(node)
                 counts = self._by_node[node]
                 counts[who] += sign
                 if counts[who] <= 0:
@@ -41,4 +44,5 @@ class ImexHolds:
                     del self._by_node[node]
 
     def view(self) -> dict[str, frozenset[str]]:
-        return {node: frozenset(counts) for node, counts in self._by_node.items()}
+        """Per node, the holders; the same dict until a claim changes it (snapshots keep it, never change it)."""
+        return self._view.view(self._by_node)

@@ -26,6 +26,7 @@ class NodeIndex:
         self._dra_gpus: dict[str, int] = defaultdict(int)
         self._channels: dict[str, int] = defaultdict(int)  # IMEX channels the compute-domain plugin publishes
         self._view: NodeView | None = None
+        self._channel_nodes: frozenset[str] | None = None  # memo of channel_nodes(), dropped when a slice changes
 
     def refresh(self, name: str) -> None:
         self._view = None
@@ -38,6 +39,7 @@ class NodeIndex:
 
     def slice_changed(self, old: SliceGpus | None, new: SliceGpus | None) -> None:
         touched = {s.node for s in (old, new) if s is not None and s.node}
+        self._channel_nodes = None
         for s in (old, new):
             if s is not None and s.node:
                 sign = 1 if s is new else -1
@@ -53,7 +55,11 @@ class NodeIndex:
     def channel_nodes(self) -> frozenset[str] | None:
         """The nodes whose compute-domain plugin publishes an IMEX channel; None while it publishes none
         anywhere (no DRA driver, or host-managed IMEX without slices): then channels are not checked."""
-        return frozenset(self._channels) if self._channels else None
+        if not self._channels:
+            return None
+        if self._channel_nodes is None:
+            self._channel_nodes = frozenset(self._channels)
+        return self._channel_nodes
 
     def view(self) -> NodeView:
         if self._view is None:

@@ -13,6 +13,7 @@ from typing import TypeVar
 from webhook.domain import capacity, grouping
 from webhook.domain.model import Catalog, Member, Node, ObjectKey, Pod
 from webhook.domain.policy import Policy
+from webhook.state.frozen_views import FrozenView
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,11 @@ class PodIndex:
         # a claim must derive again, without a scan of every pod (claims change several times per pod).
         self._by_namespace: dict[str, dict[ObjectKey, None]] = defaultdict(dict)
         self._by_claim: dict[ObjectKey, dict[ObjectKey, None]] = defaultdict(dict)
+        # What snapshots copy of node_groups, node_cds and members, frozen again only where a pod changed them.
+        self._groups_view: FrozenView[str, dict[str, int], frozenset[str]] = FrozenView(frozenset)
+        self._cds_view: FrozenView[str, dict[str, int], frozenset[str]] = FrozenView(frozenset)
+        self._members_view: FrozenView[str, dict[ObjectKey, Member], tuple[Member, ...]] = FrozenView(
+            lambda m: tuple(m.values()))
 
     def pod(self, key: ObjectKey) -> Pod | None:
         derived = self.pods.get(key)
@@ -105,10 +111,13 @@ class PodIndex:
             self.used[node] += derived.gpus
             if derived.group_id:
                 self.node_groups[node][derived.group_id] += 1
+                self._groups_view.touch(node)
             if derived.compute_domain:
                 self.node_cds[node][derived.compute_domain] += 1
+                self._cds_view.touch(node)
         if derived.group_id and derived.member is not None:
             self.members[derived.group_id][pod.key] = derived.member
+            self._members_view.touch(derived.group_id)
             if not pod.terminated:
                 self._live[derived.group_id] = self._live.get(derived.group_id, 0) + 1
                 self.ended.discard(derived.group_id)
@@ -132,7 +141,10 @@ class PodIndex:
                 del self.used[node]
             _decrement(self.node_groups, node, old.group_id)
             _decrement(self.node_cds, node, old.compute_domain)
+            self._groups_view.touch(node)
+            self._cds_view.touch(node)
         if old.group_id:
+            self._members_view.touch(old.group_id)
             members = self.members.get(old.group_id)
             if members is not None:
                 members.pop(key, None)
@@ -146,6 +158,16 @@ class PodIndex:
                     self._live.pop(old.group_id, None)
                     if old.group_id in self._placed_seen:
                         self.ended.add(old.group_id)
+
+    def groups_by_node(self) -> dict[str, frozenset[str]]:
+        """``node_groups`` frozen, for a snapshot (the same dict until a pod changes it)."""
+        return self._groups_view.view(self.node_groups)
+
+    def compute_domains_by_node(self) -> dict[str, frozenset[str]]:
+        return self._cds_view.view(self.node_cds)
+
+    def members_by_group(self) -> dict[str, tuple[Member, ...]]:
+        return self._members_view.view(self.members)
 
     def forget_ended(self, group_id: str) -> bool:
         """Stop tracking an ended group (its reservation is released); True if it was tracked."""
