@@ -35,6 +35,7 @@ SIMULATE_BOUNDS: Bounds = {"--cliques": (1, 20_000), "--jobs": (1, 10_000_000), 
                            "--repair-hours": (0.01, 8760), "--fabric-degradations": (0, 100),
                            "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1), "--exclusive-share": (0, 1),
                            "--multi-rack-load": (0, 1)}
+WORKERS_MAX = 256
 SOAK_BOUNDS: Bounds = {"--minutes": (0.01, 24 * 60), "--interval": (0.1, 3600), "--rss-growth-mib": (0.1, 1 << 20)}
 
 
@@ -112,10 +113,16 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default=",".join(workload.DEFAULT_POLICIES),
                    help=f"comma-separated, from {', '.join(workload.POLICIES)} (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--seeds", default=None, metavar="N[,N...]",
+                   help="run each of these seeds instead of --seed, each in OUT/seed-<n>/, and write seeds.md and "
+                        "seeds.json: every class on every seed side by side and the service's p99 against gang-tas's")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for --seeds (default: one per CPU, at most one per seed)")
 
 
 def run_simulate(ns: argparse.Namespace) -> int:
     from webhook.tools.simulate import report, simulation
+    from webhook.tools.simulate import seeds as seed_runs
 
     policies = tuple(p.strip() for p in ns.policies.split(",") if p.strip())
     unknown = [p for p in policies if p not in workload.POLICIES]
@@ -124,6 +131,14 @@ def run_simulate(ns: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     problem = out_of_range(ns, SIMULATE_BOUNDS)
+    seeds: tuple[int, ...] = ()
+    if not problem and ns.seeds is not None:
+        try:
+            seeds = seed_runs.parse_seeds(ns.seeds)
+        except ValueError as exc:
+            problem = str(exc)
+    if not problem and ns.workers is not None and not 1 <= ns.workers <= WORKERS_MAX:
+        problem = f"--workers {ns.workers}: expected 1 to {WORKERS_MAX}"
     if not problem and ns.multi_rack_load > 0 and ns.cliques < 2:
         problem = f"--multi-rack-load {ns.multi_rack_load:g} needs --cliques 2 or more (a multi-rack job spans 2 to 4)"
     problem = problem or (_plots_problem() if not ns.no_plots else None)
@@ -137,6 +152,11 @@ def run_simulate(ns: argparse.Namespace) -> int:
                              fabric_degradations=ns.fabric_degradations, degraded_hours=ns.degraded_hours,
                              degraded_loss=ns.degraded_loss, exclusive_share=ns.exclusive_share,
                              multi_rack_load=ns.multi_rack_load)
+    if seeds:
+        combined = seed_runs.run(params, seeds, policies, ns.out, plots=not ns.no_plots, workers=ns.workers)
+        print(seed_runs.markdown(combined), end="")
+        print(f"Wrote seeds.md, seeds.json and seed-<n>/ for seeds {ns.seeds} to {ns.out.resolve()}")
+        return 0
     result = simulation.run(params, policies, ns.out, plots=not ns.no_plots)
     print(report.tables(result), end="")
     written = ["report.md", "metrics.json", *result["plots"]]

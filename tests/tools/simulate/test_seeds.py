@@ -1,0 +1,142 @@
+"""``imex-webhook simulate --seeds`` (docs/SIMULATE.md, "Several seeds at once"): each seed runs as ``--seed``
+would, in worker processes, and the combined report compares the service's p99 per class with gang-tas's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from webhook.tools import cli
+from webhook.tools.simulate import seeds, simulation, workload
+from webhook.tools.simulate.report import TIMING_KEYS
+
+# Six cliques of six trays with multi-rack jobs: every size class, in seconds per seed.
+SMALL = workload.Params(cliques=6, clique_nodes=6, jobs=50, fabric_zones=1, fabric_share=0.05, load=0.6,
+                        multi_rack_load=0.3)
+POLICIES = ("imex-webhook", "gang-tas")
+
+
+def _without_timings(result: dict[str, Any]) -> dict[str, Any]:
+    result = orjson.loads(orjson.dumps(result))
+    for row in result["policies"].values():
+        for key in TIMING_KEYS:
+            row.pop(key)
+    return result
+
+
+@pytest.fixture(scope="module")
+def combined(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("seeds")
+    return out, seeds.run(SMALL, (3, 4), POLICIES, out, plots=False, workers=2)
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("7", (7,)), ("6,7,8", (6, 7, 8)), (" 9 , 11 ", (9, 11)), ("0", (0,)), (str(seeds.SEED_MAX), (seeds.SEED_MAX,)),
+])
+def test_seeds_are_read_in_the_order_given(text: str, parsed: tuple[int, ...]) -> None:
+    assert seeds.parse_seeds(text) == parsed
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("", "comma-separated whole numbers"),
+    ("6,,7", "comma-separated whole numbers"),
+    ("six", "'six' is not a whole number"),
+    ("-1", "'-1' is not a whole number"),
+    ("1.5", "'1.5' is not a whole number"),
+    ("9" * 400, "is not a whole number from 0 to 2147483647"),
+    (str(seeds.SEED_MAX + 1), "is not a whole number"),
+    ("7,8,7", "seed 7 is given twice"),
+    (",".join(map(str, range(seeds.MAX_SEEDS + 1))), f"at most {seeds.MAX_SEEDS}"),
+])
+def test_a_seed_list_that_cannot_be_used_is_refused_with_what_is_wrong(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error) as caught:
+        seeds.parse_seeds(text)
+    assert len(str(caught.value)) < 200  # a hostile value is cut, not echoed whole
+
+
+def test_each_seed_gives_what_a_run_of_that_seed_alone_gives(combined: tuple[Path, dict[str, Any]],
+                                                           tmp_path: Path) -> None:
+    out, _ = combined
+    for seed in (3, 4):
+        alone = simulation.run(replace(SMALL, seed=seed), POLICIES, tmp_path / str(seed), plots=False, progress=False)
+        written = orjson.loads((out / f"seed-{seed}" / "metrics.json").read_bytes())
+        assert _without_timings(written) == _without_timings(alone)
+        assert (out / f"seed-{seed}" / "report.md").is_file()
+
+
+def test_the_combined_report_holds_every_policy_seed_and_class(combined: tuple[Path, dict[str, Any]]) -> None:
+    out, result = combined
+    assert result["seeds"] == [3, 4]
+    assert result == orjson.loads((out / "seeds.json").read_bytes())
+    assert workload.RACK_CLASS in result["classes"]  # the small stream has multi-rack jobs at both seeds
+    text = (out / "seeds.md").read_text()
+    for policy in POLICIES:
+        for seed in (3, 4):
+            row = result["policies"][policy][str(seed)]
+            per_seed = orjson.loads((out / f"seed-{seed}" / "metrics.json").read_bytes())["policies"][policy]
+            assert row["completed"] == per_seed["completed"] and row["split"] == per_seed["split"]
+            for cls in result["classes"]:
+                assert row["classes"][cls]["wait_p99_minutes"] == per_seed["delay_by_size"][cls]["wait_p99_minutes"]
+            assert f"| {policy} | {seed} | {row['completed']} of {row['submitted']} |" in text
+    assert "imex-webhook against gang-tas" in text
+
+
+def test_the_verdict_counts_only_classes_both_policies_started_whole(combined: tuple[Path, dict[str, Any]]) -> None:
+    _, result = combined
+    verdict = result["against_peer"]["imex-webhook"]
+    compared = met = 0
+    for seed in ("3", "4"):
+        for cls in result["classes"]:
+            ours = result["policies"]["imex-webhook"][seed]["classes"][cls]
+            peer = result["policies"]["gang-tas"][seed]["classes"][cls]
+            cell = verdict["cells"][seed][cls]
+            whole = ours["started"] == ours["submitted"] and peer["started"] == peer["submitted"]
+            assert cell["comparable"] is (whole and ours["wait_p99_minutes"] is not None
+                                          and peer["wait_p99_minutes"] is not None)
+            if cell["comparable"]:
+                compared += 1
+                met += cell["met"]
+                assert cell["met"] is (ours["wait_p99_minutes"] <= peer["wait_p99_minutes"])
+    assert (verdict["compared"], verdict["met"]) == (compared, met)
+    assert verdict["target_met"] is (met == compared and verdict["no_split_or_stuck"])
+
+
+def _cls(started: int, p99: float | None, submitted: int = 10) -> dict[str, Any]:
+    return {"submitted": submitted, "started": started, "wait_p99_minutes": p99}
+
+
+@pytest.mark.parametrize(("ours", "peer", "expected"), [
+    (_cls(10, 5.0), _cls(10, 5.0), {"comparable": True, "met": True, "over_minutes": 0.0}),
+    (_cls(10, 4.0), _cls(10, 5.0), {"comparable": True, "met": True, "over_minutes": 0.0}),
+    (_cls(10, 7.5), _cls(10, 5.0), {"comparable": True, "met": False, "over_minutes": 2.5}),
+    (_cls(10, 1.0), _cls(8, 0.0), {"comparable": False, "met": None, "over_minutes": None}),  # peer left 2 out
+    (_cls(9, 1.0), _cls(10, 9.0), {"comparable": False, "met": None, "over_minutes": None}),
+    (_cls(0, None, 0), _cls(0, None, 0), {"comparable": False, "met": None, "over_minutes": None}),  # empty class
+], ids=["equal", "below", "over", "peer-left-jobs-out", "ours-left-jobs-out", "no-jobs"])
+def test_a_class_is_compared_only_where_both_started_every_job(ours: dict[str, Any], peer: dict[str, Any],
+                                                               expected: dict[str, Any]) -> None:
+    assert seeds.compare(ours, peer) == expected
+
+
+def test_a_failing_seed_is_named(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"seed 3: ValueError: tuple.index"):
+        seeds.run(SMALL, (3, 4), ("no-such-policy",), tmp_path, plots=False, workers=2)
+
+
+def test_the_cli_runs_several_seeds_and_refuses_what_it_cannot_use(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    small = ["--cliques", "6", "--jobs", "20", "--fabric-zones", "1", "--no-plots"]
+    assert cli.main(["simulate", "--out", str(tmp_path), *small, "--seeds", "5,6", "--workers", "1",
+                     "--policies", "imex-webhook,gang-tas"]) == 0
+    printed = capsys.readouterr().out
+    assert "| imex-webhook | 5 |" in printed and "| gang-tas | 6 |" in printed
+    assert (tmp_path / "seeds.md").is_file() and (tmp_path / "seed-5" / "metrics.json").is_file()
+    for flags, error in ((["--seeds", "5,x"], "'x' is not a whole number"),
+                         (["--seeds", "5", "--workers", "0"], "--workers 0: expected 1 to"),
+                         (["--seeds", "5", "--workers", "100000"], "--workers 100000: expected 1 to")):
+        assert cli.main(["simulate", "--out", str(tmp_path), *small, *flags]) == 2
+        assert error in capsys.readouterr().err
