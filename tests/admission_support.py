@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,18 @@ def review(name: str) -> dict[str, Any]:
     """An AdmissionReview exactly as kube-apiserver sends it (a fresh copy on every call)."""
     loaded: dict[str, Any] = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
     return loaded
+
+
+def review_of(pod: dict[str, Any], namespace: str, username: str) -> dict[str, Any]:
+    """A pod CREATE review as kube-apiserver sends it, for a pod built in the test."""
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace, "operation": "CREATE", "userInfo": {"username": username},
+        "object": pod, "oldObject": None, "dryRun": False,
+        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}}
 
 
 def fixture_names(prefix: str) -> list[str]:

@@ -588,3 +588,65 @@ def test_wrong_types_are_a_wire_error_naming_the_field(path: tuple[str, str], va
 ])
 def test_might_be_group_matches_the_webhook_match_conditions_on_any_input(obj: Any, expected: bool) -> None:
     assert mutating.might_be_group(obj) is expected
+
+
+# --pack-plain-gpu-pods (webhook.domain.plain_pods): a GPU pod in no group goes to the dedicated profile.
+PACK = Policy(pack_plain_gpu_pods=True)
+
+
+def _plain_pod(gpus: int, scheduler: str | None = None, **meta: Any) -> dict[str, Any]:
+    pod = builders.pod("notebook", gpus=gpus)
+    pod["metadata"].update(meta)
+    if scheduler is None:
+        pod["spec"].pop("schedulerName", None)
+    else:
+        pod["spec"]["schedulerName"] = scheduler
+    return pod
+
+
+def _pack(obj: dict[str, Any], snapshot: Any = None) -> MutationResult:
+    snap = snapshot or support.demo_snapshot()
+    return mutating.mutate(obj, "ml", snap.catalog, snap.nodes, PACK)
+
+
+@pytest.mark.parametrize(("scheduler", "op"), [(None, "add"), ("default-scheduler", "replace"), ("", "replace")])
+def test_a_gpu_pod_in_no_group_goes_to_the_dedicated_profile_when_packing_is_on(scheduler: str | None,
+                                                                              op: str) -> None:
+    result = _pack(_plain_pod(1, scheduler))
+    assert (result.allowed, result.outcome, result.reason, result.group_id) == (True, "mutated", "plain-gpu-pod", None)
+    assert {"op": op, "path": "/spec/schedulerName", "value": POLICY.scheduler_name} in result.patch
+    assert _paths(result) == ["/spec/schedulerName", "/metadata/annotations/imex-webhook.io~1mutated"]  # only
+
+
+def test_packing_leaves_a_pod_already_sent_unchanged_and_a_custom_scheduler_alone() -> None:
+    sent = _plain_pod(1, POLICY.scheduler_name, annotations={keys.MUTATED_ANNOTATION: mutating.MUTATED_MARKER})
+    assert (_pack(sent).outcome, _pack(sent).patch) == ("unchanged", ())
+    custom = _pack(_plain_pod(1, "volcano"))
+    assert (custom.allowed, custom.patch, custom.outcome, custom.reason) == (True, (), "skipped", "custom-scheduler")
+
+
+def test_packing_is_off_by_default_and_never_touches_a_pod_without_gpus() -> None:
+    assert _mutate(_plain_pod(2)) == MutationResult(True)
+    assert _pack(_plain_pod(0)) == MutationResult(True)
+
+
+def test_packing_leaves_a_pod_a_controller_puts_in_a_group_as_it_is_without_the_setting() -> None:
+    from tests import controller_objects as co
+
+    jobset = co.jobset("train", [("workers", 2, 4, co.pod_spec(gpus=4))])
+    children = co.jobset_children(jobset)
+    pod = next(o for o in children if o["kind"] == "Pod")
+    snapshot = builders.snapshot([jobset, *children])
+    assert _pack(pod, snapshot) == mutating.mutate(pod, "ml", snapshot.catalog, snapshot.nodes, POLICY)
+
+
+@pytest.mark.parametrize("gpus", ["1e18", "99999999999999999999999", "0.5"])
+def test_packing_an_odd_gpu_quantity_is_a_verdict_not_a_crash(gpus: str) -> None:
+    pod = _plain_pod(1)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {keys.GPU_RESOURCE: gpus}}
+    try:
+        result = _pack(pod)
+    except WireError as exc:  # named, for the caller to turn into a 400
+        assert "nvidia.com/gpu" in str(exc) or "resources" in str(exc)
+    else:
+        assert result.allowed

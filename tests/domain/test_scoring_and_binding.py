@@ -1,4 +1,4 @@
-"""Prioritize scores (0..10, no-attach first, tighter packing higher, neutral for non-group pods) and the
+"""Prioritize scores (0..10, no-attach first, tighter packing higher, neutral for non-group pods without GPUs) and the
 bind plan (idempotent re-bind, conflicts, reservation to store, fabric GPUs to attach)."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ POLICY = Policy()
 A, B = "aaaa-1111.7", "bbbb-2222.7"
 
 
-def test_non_group_pods_get_neutral_scores_everywhere() -> None:
+def test_pods_outside_any_group_without_gpus_get_neutral_scores_everywhere() -> None:
+    # GPU pods outside any group are packed (tests/domain/test_plain_pods.py)
     snap = builders.snapshot(builders.rack("a", A, 3))
-    scores = scoring.prioritize(parsing.pod(builders.pod("plain")), ["a-00", "a-01"], snap, POLICY, {}, 0.0)
+    scores = scoring.prioritize(parsing.pod(builders.pod("plain", gpus=0)), ["a-00", "a-01"], snap, POLICY, {}, 0.0)
     assert scores == [("a-00", 0), ("a-01", 0)]
 
 

@@ -166,10 +166,14 @@ class RealCluster:
         served.process.wait(15)
         self.proxy.drop_connections()
 
-    def register_webhook(self) -> None:
+    def register_webhook(self, match_conditions: list[dict[str, str]] | None = None) -> None:
+        """The base's MutatingWebhookConfiguration pointed at the proxy; ``match_conditions`` replace its own
+        (a component's, e.g. manifests/components/pack-plain-gpu-pods)."""
         (config,) = install.documents(install.MANIFESTS / "mutating-webhook.yaml")
         config = copy.deepcopy(config)
         (hook,) = config["webhooks"]
+        if match_conditions is not None:
+            hook["matchConditions"] = match_conditions
         hook["clientConfig"] = {"url": f"{self.url}{deploy.WEBHOOK_PATH}",
                                 "caBundle": base64.b64encode((self.tls_dir / "ca.crt").read_bytes()).decode()}
         with contextlib.suppress(ApiCallError):

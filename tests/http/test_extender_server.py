@@ -3,7 +3,8 @@ cluster), with bodies exactly as kube-scheduler sends them: Go field names, ``nu
 both nodeCacheCapable modes; malformed bodies get a 400 JSON error, never HTML, never a 500.
 
 Also the acceptance scenario of issue 2: an 8-pod ComputeDomain job is filtered to one clique, a 20-pod
-job gets "no domain can host 20 pods", a non-group pod passes through, and /inspect shows the reservation.
+job gets "no domain can host 20 pods", a GPU pod in no group passes where it fits and is packed, and
+/inspect shows the reservation.
 """
 
 from __future__ import annotations
@@ -86,13 +87,19 @@ def test_a_twenty_pod_job_gets_a_reason_naming_its_size(served: serving.Served) 
     assert len(reasons) == 1 and "no domain can host 20 pods" in reasons.pop()
 
 
-def test_a_pod_outside_any_group_passes_through(served: serving.Served) -> None:
-    body = serving.fixture("extender/filter-names-plain.json")
+def test_a_gpu_pod_outside_any_group_passes_the_nodes_with_room_and_is_packed(served: serving.Served) -> None:
+    body = serving.fixture("extender/filter-names-plain.json")  # one nvidia.com/gpu, no claims, no group
     result = served.post("/filter", body).json()
-    assert result == {"Nodes": None, "NodeNames": body["NodeNames"], "FailedNodes": {},
-                      "FailedAndUnresolvableNodes": {}, "Error": ""}
-    scores = served.post("/prioritize", body).json()
-    assert {s["Score"] for s in scores} == {0} and len(scores) == len(body["NodeNames"])
+    assert result["Error"] == "" and result["Nodes"] is None and result["FailedAndUnresolvableNodes"] == {}
+    failed = result["FailedNodes"]
+    assert failed and set(failed.values()) == {"pod needs 1 nvidia.com/gpu; node has 0 free"}  # the running job's
+    assert sorted(result["NodeNames"] + list(failed)) == sorted(body["NodeNames"])
+    passed = {**body, "NodeNames": result["NodeNames"]}
+    scores = {s["Host"]: s["Score"] for s in served.post("/prioritize", passed).json()}
+    assert set(scores) == set(result["NodeNames"]) and all(0 <= v <= 10 for v in scores.values())
+    best = {n for n, v in scores.items() if v == max(scores.values())}
+    # Beside the running ComputeDomain (its rack is in use), never on a composable node's one local GPU.
+    assert not any(n.startswith("fab-") for n in best) and max(scores.values()) >= 5, scores
 
 
 def test_full_nodelist_mode_is_answered_with_a_nodelist(served: serving.Served) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,15 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[serving.Served]
 
 
 def _review(pod: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-        "namespace": co.NS, "operation": "CREATE",
-        "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
-        "object": pod, "oldObject": None, "dryRun": False,
-        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}}}
+    return support.review_of(pod, co.NS, "system:serviceaccount:kube-system:job-controller")
 
 
 def _mutate(served: serving.Served, pod: dict[str, Any]) -> dict[str, Any]:

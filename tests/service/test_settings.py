@@ -258,3 +258,8 @@ def test_a_value_argparse_cannot_read_is_a_usage_error_with_status_2(capsys: pyt
 def test_block_labels_reach_the_policy_lowest_level_first() -> None:
     got = _from(["--block-label", "network.example.com/block", "--block-label", "network.example.com/spine"])
     assert got.policy.block_labels == ("network.example.com/block", "network.example.com/spine")
+
+
+def test_packing_plain_gpu_pods_is_off_unless_asked_for() -> None:
+    assert _from([]).policy.pack_plain_gpu_pods is False
+    assert _from(["--pack-plain-gpu-pods"]).policy.pack_plain_gpu_pods is True

@@ -13,7 +13,17 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from webhook.domain import candidates as candidates_
-from webhook.domain import capacity, grouping, health, node_constraints, placement, repair, segment_plan, segments
+from webhook.domain import (
+    capacity,
+    grouping,
+    health,
+    node_constraints,
+    placement,
+    plain_pods,
+    repair,
+    segment_plan,
+    segments,
+)
 from webhook.domain import segment_assignment as assignment
 from webhook.domain.capacity import Verdict
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
@@ -275,7 +285,8 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
             # group. An Error makes the scheduler retry after its backoff, by when the cache has it.
             raise DecisionError(f"pod {pod.ref} uses {', '.join(pending)}, which imex-webhook's cache does not "
                                 "have yet; its group is resolved once it does (the scheduler retries)")
-        return FilterOutcome(passed=tuple(candidates))
+        nodes = node_view if node_view is not None else snapshot.nodes
+        return _outside_groups(pod, candidates, nodes, snapshot)
     nodes = node_view if node_view is not None else snapshot.nodes
     group = ctx.group
     assert group is not None
@@ -310,6 +321,26 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
             unresolvable[name] = reason
     outcome: Literal["placed", "no-fit"] = "placed" if passed else "no-fit"
     return FilterOutcome(tuple(passed), failed, unresolvable, ctx, outcome, outcome)
+
+
+def _outside_groups(pod: Pod, candidates: Sequence[str], nodes: Mapping[str, Node],
+                    snapshot: Snapshot) -> FilterOutcome:
+    """A pod in no group passes every node with room for its device-plugin GPUs (``plain_pods.short``); a node
+    the cache does not know yet is left to kube-scheduler's own filters."""
+    if not plain_pods.asks_gpus(pod):
+        return FilterOutcome(passed=tuple(candidates))
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    for name in candidates:
+        node = nodes.get(name)
+        why = None if node is None else plain_pods.short(pod, node, snapshot)
+        if why is None:
+            passed.append(name)
+        else:
+            failed[name] = why
+    if passed or not failed:
+        return FilterOutcome(tuple(passed), failed)
+    return FilterOutcome((), failed, outcome="no-fit", reason_class="no-fit")
 
 
 def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_uid: str) -> tuple[Verdict, str]:

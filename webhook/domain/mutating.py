@@ -4,7 +4,11 @@ Pure: the raw pod JSON, the pod's namespace and the cached catalog and nodes in,
 out; nothing is written anywhere, so ``dryRun`` requests behave exactly like the others.
 
 Only pods that reference resource claims or carry the ``imex-webhook.io/group`` annotation (the
-webhook configuration's ``matchConditions``) are looked at; every other pod is allowed untouched.
+webhook configuration's ``matchConditions``) are looked at; every other pod is allowed untouched, except,
+under ``--pack-plain-gpu-pods`` (``Policy.pack_plain_gpu_pods``; the kustomize component
+``manifests/components/pack-plain-gpu-pods`` widens the matchConditions to match), a pod asking for
+``nvidia.com/gpu`` in no group: it gets ``spec.schedulerName`` of the dedicated profile and the ``mutated``
+marker, nothing else (``_pack``).
 
 For a pod that belongs to a group (``grouping.resolve``), each of these is added only if missing, so
 the patch of an already mutated pod is empty (``reinvocationPolicy: IfNeeded``) and a pod whose
@@ -55,7 +59,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook import __version__
-from webhook.domain import grouping, keys, parsing
+from webhook.domain import grouping, keys, parsing, plain_pods
 from webhook.domain.model import Catalog, Node, Pod
 from webhook.domain.patches import APPEND, PatchBuilder, dotted
 from webhook.domain.policy import Policy
@@ -137,6 +141,8 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
         pod = replace(pod, namespace=namespace)
     candidate = bool(pod.claims) or keys.GROUP_ANNOTATION in pod.annotations
     if not candidate:
+        if policy.pack_plain_gpu_pods and plain_pods.asks_gpus(pod):
+            return _pack(obj, pod, catalog, policy)
         return MutationResult(True)  # no claims, no group annotation: nothing of ours, whatever else it says
     size_problem = grouping.size_problem(pod.annotations)
     if size_problem:
@@ -257,6 +263,25 @@ def _defer(obj: Mapping[str, Any], pod: Pod, policy: Policy, warnings: list[str]
         patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
     outcome = "mutated" if patch.ops else "unchanged"
     return MutationResult(True, tuple(patch.ops), tuple(warnings), "", None, outcome, "group-deferred")
+
+
+def _pack(obj: Mapping[str, Any], pod: Pod, catalog: Catalog, policy: Policy) -> MutationResult:
+    """A GPU pod in no group under ``--pack-plain-gpu-pods``: to the dedicated profile, whose extender packs it
+    into domains already in use (``webhook.domain.plain_pods``). A pod a controller or gang API puts in a
+    group, or one whose group cannot be told yet, is left as it is, as without the setting; so is one that
+    names a scheduler of its own (the user chose it)."""
+    resolution = grouping.resolve(pod, catalog, policy)
+    if resolution.group is not None or resolution.pending:
+        return MutationResult(True)
+    current = pod.scheduler_name
+    if current not in ("", DEFAULT_SCHEDULER, policy.scheduler_name):
+        return MutationResult(True, (), (), "", None, "skipped", "custom-scheduler")
+    patch = PatchBuilder(obj, WHERE)
+    _schedule_with(patch, policy.scheduler_name, [])
+    if keys.MUTATED_ANNOTATION not in pod.annotations:
+        patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
+    return MutationResult(True, tuple(patch.ops), (), "", None, "mutated" if patch.ops else "unchanged",
+                          "plain-gpu-pod")
 
 
 def _present(value: Any) -> bool:

@@ -35,6 +35,9 @@ class Policy:
     # Node labels of the network above the domains, lowest level first: all segments of a job land under
     # one value of the lowest level that fits, else of the next (webhook.domain.segments).
     block_labels: tuple[str, ...] = ()
+    # Admission sends GPU pods outside any group to the dedicated profile, whose extender packs them into
+    # domains already in use (webhook.domain.plain_pods).
+    pack_plain_gpu_pods: bool = False
 
     @property
     def affinity_topology_key(self) -> str:

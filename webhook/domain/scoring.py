@@ -2,8 +2,9 @@
 
 Inside the group's domain: nodes that need no fabric attach score 5..10, tighter packing higher (fewer
 GPUs left idle on the node keeps whole nodes free for the next job); nodes that need an attach score
-1..4; nodes the pod does not fit on score 0. Pods outside any group get a neutral 0 everywhere, so the
-scheduler's own plugins decide for them.
+1..4; nodes the pod does not fit on score 0. GPU pods outside any group are weighed by
+``webhook.domain.plain_pods`` (best fit in domains already in use); other pods get a neutral 0 everywhere, so
+the scheduler's own plugins decide for them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
-from webhook.domain import capacity, filtering
+from webhook.domain import capacity, filtering, plain_pods
 from webhook.domain.capacity import Verdict
 from webhook.domain.model import Node, Pod, Reservation, Snapshot
 from webhook.domain.policy import Policy
@@ -50,7 +51,10 @@ def weigh(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Polic
     """The scores of the nodes of the group's domain, those among ``candidates`` at least; a candidate that
     is not in the result scores MIN_EXTENDER_PRIORITY (``prioritize`` lists every candidate)."""
     ctx = filtering.context(pod, snapshot, proposals, policy, now)
-    if ctx is None or ctx.domain is None:
+    if ctx is None:
+        live = filtering.live_reservations(snapshot, proposals, policy, now)
+        return plain_pods.weigh(pod, candidates, snapshot, live, node_view)
+    if ctx.domain is None:
         return {}
     nodes = node_view if node_view is not None else snapshot.nodes
     domain = ctx.domain

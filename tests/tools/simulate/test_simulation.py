@@ -158,3 +158,25 @@ def test_cli_runs_and_rejects_unknown_policies(tmp_path: Path, capsys: pytest.Ca
     assert "| imex-webhook |" in printed and "| 17+ pods |" in printed  # both tables are printed
     assert cli.main(["simulate", "--out", str(tmp_path), "--policies", "magic"]) == 2
     assert "unknown policy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("imex-webhook", "default-scheduler"),
+                                                  ("imex-webhook-pack", "imex-scheduler")])
+def test_plain_gpu_pods_reach_the_extender_only_under_the_packing_setting(policy: str, expected: str) -> None:
+    """``imex-webhook-pack`` is ``serve --pack-plain-gpu-pods``: admission sends plain GPU pods to the dedicated
+    profile, and the extender puts one beside the group already running, not in the empty cliques."""
+    cluster = SimCluster.build(workload.Params(cliques=3, clique_nodes=4, fabric_zones=0))
+    placer = policies.make(policy, cluster, 1)
+    assert isinstance(placer, policies.ImexPolicy)
+    group = workload.Job(0, "job-00000", "nvlink", 2, 4, 0.0, 600.0)
+    plain = workload.Job(1, "job-00001", "plain", 1, 1, 0.0, 600.0)
+    placer.submit(group, 0.0)
+    placed = [placer.place(group, i, 0.0) for i in range(group.pods)]
+    placer.submit(plain, 1.0)
+    assert placer.pods[(plain.index, 0)][0]["spec"].get("schedulerName", "default-scheduler") == expected
+    where = placer.place(plain, 0, 1.0)
+    assert where is not None and None not in placed
+    used = {cluster.domains[n] for n in placed if n is not None}
+    if policy == "imex-webhook-pack":
+        assert cluster.domains[where] in used  # best fit beside the group; the other cliques stay whole
+        assert cluster.free_local(where) == cluster.base_gpus[where] - 1

@@ -179,6 +179,7 @@ def _policy(ns: argparse.Namespace) -> Policy:
         reservation_ttl=ns.reservation_ttl,
         fabric_health=ns.fabric_health_policy,
         exclusive_domains=ns.exclusive_domains,
+        pack_plain_gpu_pods=ns.pack_plain_gpu_pods,
         block_labels=tuple(ns.block_label),
     )
     if policy.ttl_problems():

@@ -110,6 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pol.add_argument("--exclusive-domains", action="store_true", default=policy.exclusive_domains,
                      help="give every ComputeDomain an NVLink domain no other ComputeDomain uses, as the "
                           "annotation imex-webhook.io/exclusive-domain=true does for one")
+    pol.add_argument("--pack-plain-gpu-pods", action="store_true", default=policy.pack_plain_gpu_pods,
+                     help="admission sends GPU pods in no group to the dedicated profile, whose extender packs them "
+                          "into NVLink domains already in use and keeps them off whole free domains and composable "
+                          "nodes; the webhook must see them: add the kustomize component "
+                          "manifests/components/pack-plain-gpu-pods")
     pol.add_argument("--block-label", action="append", default=[], metavar="KEY",
                      help="node label of the network block above the NVLink domains (a spine, a switch block); "
                           "repeatable, lowest level first: all segments of a segmented job land under one value "

@@ -187,10 +187,11 @@ class SimCluster:
         return {self.domains[b.node] for i in range(job.pods) if (b := self.pods.get((job.index, i)))}
 
 
-def job_objects(job: Job) -> list[dict[str, Any]]:
+def job_objects(job: Job, pack_plain: bool = False) -> list[dict[str, Any]]:
     """The Kubernetes objects a job consists of, in its own namespace: a ComputeDomain and its channel
     template for nvlink jobs, and the pods (group-size annotation for fabric groups). Group pods carry
-    ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default.
+    ``spec.schedulerName`` of the dedicated scheduler, as admission sets it; plain pods keep the default, or
+    get the dedicated one too with ``pack_plain`` (admission under ``--pack-plain-gpu-pods``).
     An exclusive job's ComputeDomain carries ``imex-webhook.io/exclusive-domain: "true"``, where
     docs/SCHEDULER.md says to put it (it counts from the group's first filter); a multi-rack job's carries
     ``imex-webhook.io/segment-size``, and its pods their Job completion index (annotation and label, as the
@@ -218,7 +219,7 @@ def job_objects(job: Job) -> list[dict[str, Any]]:
                        annotations=annotations, namespace=ns)
         if job.segment_size is not None:
             pod["metadata"]["labels"][keys.COMPLETION_INDEX] = str(i)
-        if job.grouped:
+        if job.grouped or (pack_plain and job.gpus > 0):
             pod["spec"]["schedulerName"] = Policy().scheduler_name
         out.append(pod)
     return out

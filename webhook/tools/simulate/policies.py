@@ -10,6 +10,8 @@
   does (``imex-webhook``: ``--fabric-health-policy avoid``; ``imex-webhook-refuse``, ``imex-webhook-allow``),
   and a ComputeDomain's ``imex-webhook.io/exclusive-domain`` annotation (``imex-webhook-exclusive``: every
   ComputeDomain exclusive, ``serve --exclusive-domains``), both through the engine's ``Policy`` and caches.
+  ``imex-webhook-pack`` is ``serve --pack-plain-gpu-pods``: admission sends plain GPU pods to the dedicated
+  profile too, and the extender scores them (``webhook.domain.plain_pods``).
 - ``GangTasPolicy`` is Kueue's Topology-Aware Scheduling with a required topology on the domain, the
   strongest peer: a job is admitted only when one domain (an NVLink clique; a fabric zone too for jobs
   without a ComputeDomain, on its local GPUs: nothing attaches fabric GPUs) has room for all its pods
@@ -241,10 +243,12 @@ class ImexPolicy:
     name = "imex-webhook"
 
     def __init__(self, cluster: SimCluster, seed: int, health: HealthPolicy = "avoid",
-                 exclusive_domains: bool = False) -> None:
+                 exclusive_domains: bool = False, pack_plain: bool = False) -> None:
         self.cluster = cluster
+        self.pack_plain = pack_plain
         self.now = 0.0
-        policy = EnginePolicy(fabric_health=health, exclusive_domains=exclusive_domains)
+        policy = EnginePolicy(fabric_health=health, exclusive_domains=exclusive_domains,
+                              pack_plain_gpu_pods=pack_plain)
         self.store = ClusterStore(policy)
         self.node_index = cluster.index
         nodes = [cluster.node_object(n) for n in range(len(cluster.names))]
@@ -272,7 +276,7 @@ class ImexPolicy:
 
     def submit(self, job: Job, now: float) -> None:
         self.now = now
-        objects = job_objects(job)
+        objects = job_objects(job, self.pack_plain)
         templates = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
         for obj in objects:
             self.store.apply(obj["kind"], "ADDED", obj)
@@ -300,7 +304,7 @@ class ImexPolicy:
         self.cycle.release([f"{job.name}/{job.name}-{i}" for i in range(job.pods)])
         for i in range(job.pods):
             self.pods.pop((job.index, i), None)
-        for obj in reversed(job_objects(job)):
+        for obj in reversed(job_objects(job, self.pack_plain)):
             self.store.apply(obj["kind"], "DELETED", obj)
         if any(self.cluster.zones[n] for n in touched):
             self.refresh_nodes([n for n in touched if self.cluster.zones[n]])
@@ -315,10 +319,12 @@ class ImexPolicy:
         self.refresh_nodes(nodes)
 
 
-# The service under each setting compared: the policy name -> (--fabric-health-policy, --exclusive-domains).
-IMEX_SETTINGS: dict[str, tuple[HealthPolicy, bool]] = {
-    "imex-webhook": ("avoid", False), "imex-webhook-refuse": ("refuse", False),
-    "imex-webhook-allow": ("allow", False), "imex-webhook-exclusive": ("avoid", True)}
+# The service under each setting compared: the policy name -> (--fabric-health-policy, --exclusive-domains,
+# --pack-plain-gpu-pods).
+IMEX_SETTINGS: dict[str, tuple[HealthPolicy, bool, bool]] = {
+    "imex-webhook": ("avoid", False, False), "imex-webhook-refuse": ("refuse", False, False),
+    "imex-webhook-allow": ("allow", False, False), "imex-webhook-exclusive": ("avoid", True, False),
+    "imex-webhook-pack": ("avoid", False, True)}
 
 
 def make(name: str, cluster: SimCluster, seed: int) -> Placer:

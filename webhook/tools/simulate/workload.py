@@ -31,10 +31,10 @@ import random
 from dataclasses import dataclass
 
 # imex-webhook-refuse and imex-webhook-allow: the service with --fabric-health-policy refuse or allow
-# (imex-webhook: avoid, the default); imex-webhook-exclusive: with --exclusive-domains. Not in a default
-# run: each costs as much as the rest together.
+# (imex-webhook: avoid, the default); imex-webhook-exclusive: with --exclusive-domains; imex-webhook-pack:
+# with --pack-plain-gpu-pods. Not in a default run: each costs as much as the rest together.
 POLICIES = ("imex-webhook", "default", "affinity-only", "gang-tas", "imex-webhook-refuse", "imex-webhook-allow",
-            "imex-webhook-exclusive")
+            "imex-webhook-exclusive", "imex-webhook-pack")
 DEFAULT_POLICIES = POLICIES[:4]
 KINDS = ("nvlink", "fabric", "plain")
 

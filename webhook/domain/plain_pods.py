@@ -1,0 +1,105 @@
+"""GPU pods outside any group: where the extender scores them, so they fill gaps instead of breaking domains.
+
+A pod asking for ``nvidia.com/gpu`` that belongs to no group (a notebook, an inference server) would go to
+kube-scheduler's default profile, whose NodeResourcesFit scores CPU and memory: every tray with a free GPU
+scores alike and the pod lands anywhere, and one 1-GPU pod on an otherwise free tray keeps a 4-GPU
+ComputeDomain member off it. Spread over a cluster, such pods leave no clique whole for a rack-sized job
+(docs/SIMULATE.md measures it). When admission sends them to the dedicated profile
+(``Policy.pack_plain_gpu_pods``), ``weigh`` ranks the nodes that passed filter for them:
+
+- a node of an NVLink domain already in use, or of no domain at all: 5..10, the fewer GPUs left idle on the
+  node after the pod and the fuller its domain the higher (best fit: the gaps other pods left are filled
+  first, whole trays and whole cliques stay whole);
+- a node of a domain nothing uses yet: 2..4 (a whole clique is what a rack-sized job needs);
+- a node of a domain with capacity promised to a group that has members still to place: 1 (the group
+  counted on it);
+- a composable node (one of a fabric zone): 1 (its local GPUs are what fabric groups start from);
+- a node the pod does not fit on now: 0, as for group members.
+
+Filter (``short``) fails a node without enough free device-plugin GPUs for the pod, counted as for group
+members (bound pods, GPUs attached for pods not bound yet). In fabric mode the dedicated profile leaves
+``nvidia.com/gpu`` to the extender (``ignoredResources``: attached GPUs are not in a node's allocatable before
+bind), so without this check such a pod would be placed on a full node. It never gets fabric GPUs attached:
+only a group's members do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from webhook.domain import capacity, placement
+from webhook.domain.model import Node, Pod, Reservation, Snapshot
+from webhook.wire.extender import MIN_EXTENDER_PRIORITY
+
+PROTECTED = 1  # a held domain or a composable node: only when nothing better passed
+UNUSED_BASE, UNUSED_SPAN = 2, 2  # a domain nothing uses yet: 2..4
+USED_BASE, USED_NODE_SPAN, USED_DOMAIN_SPAN = 5, 3, 2  # a used domain or no domain: 5..10
+
+
+def asks_gpus(pod: Pod) -> bool:
+    """Whether the pod asks for device-plugin GPUs (the only ones this module weighs)."""
+    return pod.gpu_limit > 0
+
+
+def short(pod: Pod, node: Node, snapshot: Snapshot) -> str | None:
+    """Why ``node`` cannot take the pod's GPUs now, or None when it can."""
+    free = capacity.free_local(node, snapshot, pod.uid)
+    if free >= pod.gpu_limit:
+        return None
+    return f"pod needs {pod.gpu_limit} nvidia.com/gpu; node has {free} free"
+
+
+def _domain_use(domain: str, snapshot: Snapshot) -> tuple[int, int]:
+    """(GPUs in use or promised to attached pods, GPUs in all) over the domain's nodes."""
+    used = total = 0
+    for name in snapshot.domains.get(domain, ()):
+        node = snapshot.nodes.get(name)
+        if node is None:
+            continue
+        total += node.gpus
+        used += snapshot.used_gpus.get(name, 0) + snapshot.promised_gpus.get(name, 0)
+    return used, total
+
+
+def held_domains(snapshot: Snapshot, live: Mapping[str, Reservation]) -> frozenset[str]:
+    """Domains where a group was promised capacity for members (or spares) not placed yet."""
+    return frozenset(h.domain for h in placement.holds(snapshot, live, exclude=""))
+
+
+def score_node(node: Node, pod: Pod, snapshot: Snapshot, held: frozenset[str],
+               use: Mapping[str, tuple[int, int]]) -> int:
+    free = capacity.free_local(node, snapshot, pod.uid)
+    if free < pod.gpu_limit:
+        return MIN_EXTENDER_PRIORITY
+    if node.fabric_zone or (node.domain is not None and node.domain in held):
+        return PROTECTED
+    size = max(node.gpus, 1)
+    tightness = 1.0 - min(free - pod.gpu_limit, size) / size
+    if node.domain is None:
+        return USED_BASE + round((USED_NODE_SPAN + USED_DOMAIN_SPAN) * tightness)
+    used, total = use[node.domain]
+    if used == 0:
+        return UNUSED_BASE + round(UNUSED_SPAN * tightness)
+    fullness = used / total if total else 1.0
+    return USED_BASE + round(USED_NODE_SPAN * tightness) + round(USED_DOMAIN_SPAN * fullness)
+
+
+def weigh(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, live: Mapping[str, Reservation],
+          node_view: Mapping[str, Node] | None = None) -> dict[str, int]:
+    """The score of every candidate the pod fits on; the others score MIN_EXTENDER_PRIORITY."""
+    if not asks_gpus(pod):
+        return {}
+    nodes = node_view if node_view is not None else snapshot.nodes
+    found = [node for name in candidates if (node := nodes.get(name)) is not None]
+    held = held_domains(snapshot, live)
+    use = {d: _domain_use(d, snapshot) for d in _domains(found)}
+    scores = {}
+    for node in found:
+        score = score_node(node, pod, snapshot, held, use)
+        if score > MIN_EXTENDER_PRIORITY:
+            scores[node.name] = score
+    return scores
+
+
+def _domains(nodes: Iterable[Node]) -> set[str]:
+    return {n.domain for n in nodes if n.domain is not None}
