@@ -1,7 +1,7 @@
 """GPU pods outside any group (webhook.domain.plain_pods). At filter a node without room for their device-plugin
 GPUs fails, with why (in fabric mode the dedicated profile leaves ``nvidia.com/gpu`` to the extender, so
-nothing else would check). At prioritize they are packed: used racks first, fullest tray first; whole free
-racks, racks held for a group and composable nodes last."""
+nothing else would check). At prioritize they are packed: used racks first (those one group holds most of
+last among them), fullest tray first; whole free racks, racks held for a group and composable nodes last."""
 
 from __future__ import annotations
 
@@ -101,11 +101,18 @@ def test_inside_a_used_rack_the_fullest_tray_that_fits_wins(used_on_tray: int, e
     assert ranked.index({3: "r-01", 2: "r-02", 0: "r-03"}[used_on_tray]) == expected_rank
 
 
-def test_of_two_used_racks_the_fuller_one_wins_for_the_same_tray() -> None:
-    objects = [*builders.rack("full", A, 2), *builders.rack("light", B, 4), _busy("full-00", 4, "f"),
-               _busy("light-00", 4, "l")]
+def test_of_two_used_racks_the_one_no_single_group_holds_most_of_wins() -> None:
+    # Rack "job" is mostly one running ComputeDomain: it comes back whole when the job ends, unless a plain pod
+    # sits beside it. Rack "mixed" is as busy, with pods of no group: the plain pod goes there.
+    job = [builders.pod(f"job-{i}", cd="job", node=f"job-{i:02d}", phase="Running") for i in range(3)]
+    objects = [*builders.rack("job", A, 4), *builders.rack("mixed", B, 4), *builders.cd_objects("job", 0), *job,
+               *(_busy(f"mixed-{i:02d}", 4, f"other-{i}") for i in range(3))]
     scores = _scores(objects, builders.pod("plain", gpus=4))
-    assert scores["full-01"] > scores["light-01"]
+    assert scores["mixed-03"] > scores["job-03"] >= plain_pods.USED_BASE
+    snap = builders.snapshot(objects)
+    uses = plain_pods.domain_uses([A, B], snap)
+    assert uses[A] == plain_pods.DomainUse(used_gpus=12, gpus=16, largest_group_gpus=12)
+    assert (uses[B].used_gpus, uses[B].largest_group_gpus, uses[B].spread) == (12, 0, 1.0)
 
 
 def test_a_composable_node_and_a_rack_held_for_a_group_score_lowest_but_not_zero() -> None:

@@ -8,8 +8,10 @@ ComputeDomain member off it. Spread over a cluster, such pods leave no clique wh
 (``Policy.pack_plain_gpu_pods``), ``weigh`` ranks the nodes that passed filter for them:
 
 - a node of an NVLink domain already in use, or of no domain at all: 5..10, the fewer GPUs left idle on the
-  node after the pod and the fuller its domain the higher (best fit: the gaps other pods left are filled
-  first, whole trays and whole cliques stay whole);
+  node after the pod the higher (best fit: the gaps other pods left are filled first, whole trays stay
+  whole), and higher in a domain no single group holds most of: a domain one large job holds comes back
+  whole when that job ends, unless plain pods were put beside it (measured in docs/SIMULATE.md: preferring
+  the fullest domain instead made rack-sized jobs wait longer);
 - a node of a domain nothing uses yet: 2..4 (a whole clique is what a rack-sized job needs);
 - a node of a domain with capacity promised to a group that has members still to place: 1 (the group
   counted on it);
@@ -25,7 +27,9 @@ only a group's members do.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from webhook.domain import capacity, placement
 from webhook.domain.model import Node, Pod, Reservation, Snapshot
@@ -49,16 +53,39 @@ def short(pod: Pod, node: Node, snapshot: Snapshot) -> str | None:
     return f"pod needs {pod.gpu_limit} nvidia.com/gpu; node has {free} free"
 
 
-def _domain_use(domain: str, snapshot: Snapshot) -> tuple[int, int]:
-    """(GPUs in use or promised to attached pods, GPUs in all) over the domain's nodes."""
-    used = total = 0
-    for name in snapshot.domains.get(domain, ()):
-        node = snapshot.nodes.get(name)
-        if node is None:
-            continue
-        total += node.gpus
-        used += snapshot.used_gpus.get(name, 0) + snapshot.promised_gpus.get(name, 0)
-    return used, total
+@dataclass(frozen=True, slots=True)
+class DomainUse:
+    used_gpus: int  # in use, or promised to pods whose fabric GPUs are attached
+    gpus: int
+    largest_group_gpus: int  # GPUs of the domain the members of one group use, for the group using most
+
+    @property
+    def spread(self) -> float:
+        """1 when no group uses the domain's GPUs, near 0 when one group uses nearly all of them."""
+        return 1.0 - min(self.largest_group_gpus, self.gpus) / self.gpus if self.gpus else 0.0
+
+
+def domain_uses(domains: Iterable[str], snapshot: Snapshot) -> dict[str, DomainUse]:
+    """The use of each domain. One pass over every known group member: a group's GPUs per domain are what its
+    members bound there ask for (a member holds its node's channel, so one group per node; the plain pods
+    beside it are no group's)."""
+    wanted = set(domains)
+    per_group: dict[str, Counter[str]] = {d: Counter() for d in wanted}
+    for group_id, members in snapshot.members.items():
+        for member in members:
+            node = snapshot.nodes.get(member.pod.node_name or "")
+            if node is not None and node.domain in wanted and not member.pod.terminated:
+                per_group[node.domain][group_id] += max(member.pod.gpu_limit, 1)
+    out = {}
+    for domain in wanted:
+        used = gpus = 0
+        for name in snapshot.domains.get(domain, ()):
+            node = snapshot.nodes.get(name)
+            if node is not None:
+                gpus += node.gpus
+                used += snapshot.used_gpus.get(name, 0) + snapshot.promised_gpus.get(name, 0)
+        out[domain] = DomainUse(used, gpus, max(per_group[domain].values(), default=0))
+    return out
 
 
 def held_domains(snapshot: Snapshot, live: Mapping[str, Reservation]) -> frozenset[str]:
@@ -66,8 +93,7 @@ def held_domains(snapshot: Snapshot, live: Mapping[str, Reservation]) -> frozens
     return frozenset(h.domain for h in placement.holds(snapshot, live, exclude=""))
 
 
-def score_node(node: Node, pod: Pod, snapshot: Snapshot, held: frozenset[str],
-               use: Mapping[str, tuple[int, int]]) -> int:
+def score_node(node: Node, pod: Pod, snapshot: Snapshot, held: frozenset[str], use: Mapping[str, DomainUse]) -> int:
     free = capacity.free_local(node, snapshot, pod.uid)
     if free < pod.gpu_limit:
         return MIN_EXTENDER_PRIORITY
@@ -77,11 +103,10 @@ def score_node(node: Node, pod: Pod, snapshot: Snapshot, held: frozenset[str],
     tightness = 1.0 - min(free - pod.gpu_limit, size) / size
     if node.domain is None:
         return USED_BASE + round((USED_NODE_SPAN + USED_DOMAIN_SPAN) * tightness)
-    used, total = use[node.domain]
-    if used == 0:
+    domain = use[node.domain]
+    if domain.used_gpus == 0:
         return UNUSED_BASE + round(UNUSED_SPAN * tightness)
-    fullness = used / total if total else 1.0
-    return USED_BASE + round(USED_NODE_SPAN * tightness) + round(USED_DOMAIN_SPAN * fullness)
+    return USED_BASE + round(USED_NODE_SPAN * tightness) + round(USED_DOMAIN_SPAN * domain.spread)
 
 
 def weigh(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, live: Mapping[str, Reservation],
@@ -92,7 +117,7 @@ def weigh(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, live: Mapping
     nodes = node_view if node_view is not None else snapshot.nodes
     found = [node for name in candidates if (node := nodes.get(name)) is not None]
     held = held_domains(snapshot, live)
-    use = {d: _domain_use(d, snapshot) for d in _domains(found)}
+    use = domain_uses(_domains(found), snapshot)
     scores = {}
     for node in found:
         score = score_node(node, pod, snapshot, held, use)
