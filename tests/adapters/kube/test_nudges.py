@@ -125,7 +125,9 @@ def _orphaned_rack(fake: KubeFake) -> tuple[Reservation, list[dict[str, Any]]]:
 
 def _loaded(backend: KubeBackend, orphan: Reservation) -> Engine:
     engine = Engine(backend.store, backend.reservations, backend.binder, Policy(), holder="t", clock=lambda: 1000.0)
-    eventually(lambda: engine.loading() is None and len(backend.store.snapshot().members) == 1
+    # Both pods of the waiting job, not only its group: the watch may deliver the second pod a moment later.
+    eventually(lambda: engine.loading() is None
+               and [len(m) for m in backend.store.snapshot().members.values()] == [2]
                and orphan.group_id in backend.reservations.all(), what="caches loaded")
     return engine
 
