@@ -277,6 +277,7 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
     ``sets``: what the split derives from the cache's nodes, computed or memoized (``candidates.NodeSets``).
     """
     ctx = context(pod, snapshot, proposals, policy, now, holder, candidates, given)
+    nodes = node_view if node_view is not None else snapshot.nodes
     if ctx is None:
         pending = grouping.unresolved_claims(pod, snapshot.catalog)
         if pending:
@@ -285,9 +286,7 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
             # group. An Error makes the scheduler retry after its backoff, by when the cache has it.
             raise DecisionError(f"pod {pod.ref} uses {', '.join(pending)}, which imex-webhook's cache does not "
                                 "have yet; its group is resolved once it does (the scheduler retries)")
-        nodes = node_view if node_view is not None else snapshot.nodes
         return _outside_groups(pod, candidates, nodes, snapshot)
-    nodes = node_view if node_view is not None else snapshot.nodes
     group = ctx.group
     assert group is not None
     if ctx.resolution.problems:

@@ -273,11 +273,9 @@ def _pack(obj: Mapping[str, Any], pod: Pod, catalog: Catalog, policy: Policy) ->
     resolution = grouping.resolve(pod, catalog, policy)
     if resolution.group is not None or resolution.pending:
         return MutationResult(True)
-    current = pod.scheduler_name
-    if current not in ("", DEFAULT_SCHEDULER, policy.scheduler_name):
-        return MutationResult(True, (), (), "", None, "skipped", "custom-scheduler")
     patch = PatchBuilder(obj, WHERE)
-    _schedule_with(patch, policy.scheduler_name, [])
+    if not _schedule_with(patch, policy.scheduler_name, []):  # its warning speaks of groups: not shown here
+        return MutationResult(True, (), (), "", None, "skipped", "custom-scheduler")
     if keys.MUTATED_ANNOTATION not in pod.annotations:
         patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
     return MutationResult(True, tuple(patch.ops), (), "", None, "mutated" if patch.ops else "unchanged",
