@@ -51,6 +51,8 @@ def test_seeds_are_read_in_the_order_given(text: str, parsed: tuple[int, ...]) -
     (str(seeds.SEED_MAX + 1), "is not a whole number"),
     ("7,8,7", "seed 7 is given twice"),
     (",".join(map(str, range(seeds.MAX_SEEDS + 1))), f"at most {seeds.MAX_SEEDS}"),
+    # a repeat at the end of a long list: refused by its length before any per-seed work
+    (",".join(map(str, [*range(200_000), 199_999])), f"200001 seeds; at most {seeds.MAX_SEEDS}"),
 ])
 def test_a_seed_list_that_cannot_be_used_is_refused_with_what_is_wrong(text: str, error: str) -> None:
     with pytest.raises(ValueError, match=error) as caught:

@@ -82,7 +82,13 @@ def pack_slices(rooms: Mapping[str, int], sizes: Sequence[int]) -> dict[int, str
 
 
 def _minutes(value: float | None) -> str:
+    """A wait in minutes as the tables show it: one decimal, '-' when no job of the class started."""
     return "-" if value is None else f"{value:.1f}"
+
+
+def waits(c: dict[str, Any]) -> str:
+    """A class's wait p50 / p90 / p99 minutes, as every table shows them."""
+    return f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} / {_minutes(c['wait_p99_minutes'])}"
 
 
 CLASS_NOTE = ("Per job class (the multi-rack jobs apart): completed / split / stuck / pending of submitted, useful "
@@ -95,8 +101,7 @@ def class_table(rows: list[dict[str, Any]], labels: Sequence[str],
     """Markdown lines: per policy and class, completed / split / stuck / pending, utilisation and waits."""
     def default(c: dict[str, Any]) -> str:
         return (f"{c['completed']} / {c['split']} / {c['stuck']} / {c['pending']} of {c['submitted']}, "
-                f"{c['utilisation_useful']:.1%}, {_minutes(c['wait_p50_minutes'])} / "
-                f"{_minutes(c['wait_p90_minutes'])} / {_minutes(c['wait_p99_minutes'])}")
+                f"{c['utilisation_useful']:.1%}, {waits(c)}")
 
     show = cell or default
     lines = ["| policy | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]

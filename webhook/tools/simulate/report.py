@@ -191,13 +191,14 @@ def summary_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _minutes(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def class_label(label: str) -> str:
+    """A size class as a table heading: ``9-16 pods``, or the multi-rack class's own name."""
+    return label if label == workload.RACK_CLASS else f"{label} pods"
 
 
 def _by_size(rows: list[dict[str, Any]], cell: Callable[[dict[str, Any]], str]) -> list[str]:
     labels = list(rows[0]["delay_by_size"]) if rows else []
-    lines = ["| policy | " + " | ".join(label if label == workload.RACK_CLASS else f"{label} pods" for label in labels)
+    lines = ["| policy | " + " | ".join(map(class_label, labels))
              + " |", "|---" * (len(labels) + 1) + "|"]
     for r in rows:
         lines.append(f"| {r['policy']} | " + " | ".join(cell(r["delay_by_size"][label]) for label in labels) + " |")
@@ -206,8 +207,7 @@ def _by_size(rows: list[dict[str, Any]], cell: Callable[[dict[str, Any]], str]) 
 
 def size_table(rows: list[dict[str, Any]]) -> list[str]:
     """Queueing delay per job-size class (markdown table lines): p50 / p90 / p99 minutes (started of submitted)."""
-    return _by_size(rows, lambda c: f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} / "
-                                    f"{_minutes(c['wait_p99_minutes'])} ({c['started']}/{c['submitted']})")
+    return _by_size(rows, lambda c: f"{racks.waits(c)} ({c['started']}/{c['submitted']})")
 
 
 def fault_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -230,9 +230,8 @@ def exclusive_table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| policy | exclusive ComputeDomains | other ComputeDomains |", "|---|---|---|"]
     for r in rows:
         kinds = (r["compute_domains"][k] for k in ("exclusive", "shared"))
-        cells = [f"{c['completed']} / {c['stuck']} / {c['pending']} of {c['submitted']}, "
-                 f"{_minutes(c['wait_p50_minutes'])} / {_minutes(c['wait_p90_minutes'])} / "
-                 f"{_minutes(c['wait_p99_minutes'])}" for c in kinds]
+        cells = [f"{c['completed']} / {c['stuck']} / {c['pending']} of {c['submitted']}, {racks.waits(c)}"
+                 for c in kinds]
         lines.append(f"| {r['policy']} | " + " | ".join(cells) + " |")
     return lines
 

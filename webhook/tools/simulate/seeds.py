@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from webhook.tools.simulate import workload
+from webhook.tools.simulate.racks import waits
+from webhook.tools.simulate.report import class_label
 from webhook.tools.simulate.workload import Params
 
 PEER = "gang-tas"
@@ -37,15 +38,15 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     parts = [p.strip() for p in text.split(",")]
     if not text.strip() or any(not p for p in parts):
         raise ValueError(f"--seeds {text[:40]!r}: expected comma-separated whole numbers, e.g. 6,7,8")
-    seeds = []
+    if len(parts) > MAX_SEEDS:  # before any per-seed work: a hostile list may be megabytes long
+        raise ValueError(f"--seeds: {len(parts)} seeds; at most {MAX_SEEDS} in one run")
+    seeds: list[int] = []
     for part in parts:
         if not part.isdigit() or len(part) > 10 or int(part) > SEED_MAX:
             raise ValueError(f"--seeds: {part[:20]!r} is not a whole number from 0 to {SEED_MAX}")
+        if int(part) in seeds:
+            raise ValueError(f"--seeds: seed {int(part)} is given twice")
         seeds.append(int(part))
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds: seed {next(s for s in seeds if seeds.count(s) > 1)} is given twice")
-    if len(seeds) > MAX_SEEDS:
-        raise ValueError(f"--seeds: {len(seeds)} seeds; at most {MAX_SEEDS} in one run")
     return tuple(seeds)
 
 
@@ -127,14 +128,6 @@ def combine(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "parameters": {k: v for k, v in first["parameters"].items() if k != "seed"}}
 
 
-def _minutes(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _label(cls: str) -> str:
-    return cls if cls == workload.RACK_CLASS else f"{cls} pods"
-
-
 def markdown(combined: dict[str, Any]) -> str:
     seeds, classes = combined["seeds"], combined["classes"]
     lines = ["# imex-webhook simulate, several seeds", "",
@@ -142,7 +135,8 @@ def markdown(combined: dict[str, Any]) -> str:
              "Per policy and seed: completed of submitted, split, stuck, useful utilisation; per size class the "
              "wait p50 / p90 / p99 minutes over the jobs that started (started/submitted in brackets when not "
              "all started).", "",
-             "| policy | seed | completed | split | stuck | useful util | " + " | ".join(map(_label, classes)) + " |",
+             "| policy | seed | completed | split | stuck | useful util | "
+             + " | ".join(map(class_label, classes)) + " |",
              "|---" * (6 + len(classes)) + "|"]
     for name, per_seed in combined["policies"].items():
         for seed in seeds:
@@ -151,8 +145,7 @@ def markdown(combined: dict[str, Any]) -> str:
             for c in classes:
                 x = r["classes"][c]
                 tail = "" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})"
-                cells.append(f"{_minutes(x['wait_p50_minutes'])} / {_minutes(x['wait_p90_minutes'])} / "
-                             f"{_minutes(x['wait_p99_minutes'])}{tail}")
+                cells.append(f"{waits(x)}{tail}")
             lines.append(f"| {name} | {seed} | {r['completed']} of {r['submitted']} | {r['split']} | {r['stuck']} "
                          f"| {r['utilisation_useful']:.1%} | " + " | ".join(cells) + " |")
     for name, verdict in combined["against_peer"].items():
@@ -160,7 +153,7 @@ def markdown(combined: dict[str, Any]) -> str:
                   f"{verdict['met']} of {verdict['compared']} comparable cells at or below; split and stuck "
                   f"{'none' if verdict['no_split_or_stuck'] else 'some'}; target (every comparable cell at or "
                   f"below, none split or stuck) {'met' if verdict['target_met'] else 'not met'}.", "",
-                  "| seed | " + " | ".join(map(_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
+                  "| seed | " + " | ".join(map(class_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
         for seed in seeds:
             row = verdict["cells"][str(seed)]
             cells = ["not comparable" if not v["comparable"] else "ok" if v["met"] else f"+{v['over_minutes']:.1f}"
