@@ -66,6 +66,14 @@ def snapshot(objects: list[dict[str, Any]], reservations: dict[str, Reservation]
     return replace(snap, reservations=reservations or {})
 
 
+def gpu_slice(name: str, node: str, gpus: int, driver: str = "gpu.nvidia.com") -> dict[str, Any]:
+    """A DRA ResourceSlice publishing ``gpus`` whole GPUs on ``node``, as NVIDIA's GPU kubelet plugin does."""
+    devices = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(gpus)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
+            "spec": {"driver": driver, "nodeName": node, "devices": devices,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
+
+
 def rack(prefix: str, domain: str, count: int, gpus: int = 4) -> list[dict[str, Any]]:
     return [node(f"{prefix}-{i:02d}", gpus, domain) for i in range(count)]
 

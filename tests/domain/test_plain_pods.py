@@ -51,6 +51,26 @@ def test_the_nodes_with_room_pass_and_the_full_ones_say_why() -> None:
     assert out.outcome == "pass-through" and out.context is None
 
 
+def test_a_node_whose_gpus_are_only_dra_devices_never_takes_a_device_plugin_pod() -> None:
+    """In fabric mode kube-scheduler does not count nvidia.com/gpu: without this the pod lands on a DRA-only
+    node and the kubelet refuses it (found by tests/e2e/test_real_plain_pods.py)."""
+    objects = [builders.node("dra", 0, A), builders.gpu_slice("dra-gpus", "dra", 4), *builders.rack("a", A, 1)]
+    out = _filter(objects, builders.pod("plain", gpus=1))
+    assert out.passed == ("a-00",) and not out.failed
+    assert out.unresolvable == {"dra": "pod requests 1 nvidia.com/gpu from the device plugin; node publishes its "
+                                       "GPUs only as DRA devices"}
+    alone = _filter(objects, builders.pod("plain", gpus=1), ["dra"])
+    assert alone.passed == () and set(alone.unresolvable) == {"dra"} and alone.outcome == "no-fit"
+
+
+@pytest.mark.parametrize(("asked", "passes"), [(2, True), (3, False)])
+def test_a_node_with_both_kinds_offers_a_plain_pod_only_its_device_plugin_gpus(asked: int, passes: bool) -> None:
+    objects = [builders.node("mixed", 2, A), builders.gpu_slice("mixed-gpus", "mixed", 2)]
+    out = _filter(objects, builders.pod("plain", gpus=asked))
+    assert out.passed == (("mixed",) if passes else ())
+    assert out.failed == ({} if passes else {"mixed": "pod needs 3 nvidia.com/gpu; node has 2 free"})
+
+
 def test_a_pod_without_gpus_passes_every_node_even_a_full_one() -> None:
     objects = [*builders.rack("a", A, 2), _busy("a-00", 4, "full")]
     out = _filter(objects, builders.pod("cpu-only", gpus=0))

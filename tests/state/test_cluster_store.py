@@ -73,28 +73,21 @@ def test_sync_state_is_false_until_every_expected_kind_is_listed() -> None:
     assert store.synced and store.sync_state() == {"Node": True, "Pod": True}
 
 
-def _gpu_slice(name: str, node: str, gpus: int, driver: str = "gpu.nvidia.com") -> dict[str, Any]:
-    devices = [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}}} for i in range(gpus)]
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
-            "spec": {"driver": driver, "nodeName": node, "devices": devices,
-                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
-
-
 def test_a_dra_only_node_has_the_gpus_its_slices_publish_and_loses_them_with_the_slice() -> None:
     store = builders.store(builders.rack("a", A, 1, gpus=0))
     assert store.snapshot().nodes["a-00"].gpus == 0
-    store.apply("ResourceSlice", "ADDED", _gpu_slice("a-00-gpus", "a-00", 4))
-    store.apply("ResourceSlice", "ADDED", _gpu_slice("a-00-channels", "a-00", 1, driver="compute-domain.nvidia.com"))
+    store.apply("ResourceSlice", "ADDED", builders.gpu_slice("a-00-gpus", "a-00", 4))
+    store.apply("ResourceSlice", "ADDED", builders.gpu_slice("a-00-channels", "a-00", 1, driver="compute-domain.nvidia.com"))
     assert store.snapshot().nodes["a-00"].gpus == 4
-    store.apply("ResourceSlice", "MODIFIED", _gpu_slice("a-00-gpus", "a-00", 2))
+    store.apply("ResourceSlice", "MODIFIED", builders.gpu_slice("a-00-gpus", "a-00", 2))
     assert store.snapshot().nodes["a-00"].gpus == 2
-    store.apply("ResourceSlice", "DELETED", _gpu_slice("a-00-gpus", "a-00", 2))
+    store.apply("ResourceSlice", "DELETED", builders.gpu_slice("a-00-gpus", "a-00", 2))
     assert store.snapshot().nodes["a-00"].gpus == 0
 
 
 def test_slices_add_to_device_plugin_gpus_and_survive_the_node_being_relisted() -> None:
     store = builders.store(builders.rack("a", A, 1, gpus=2))
-    store.replace("ResourceSlice", [_gpu_slice("a-00-gpus", "a-00", 4)])
+    store.replace("ResourceSlice", [builders.gpu_slice("a-00-gpus", "a-00", 4)])
     assert store.snapshot().nodes["a-00"].gpus == 6
     store.replace("Node", builders.rack("a", A, 1, gpus=2))
     assert store.snapshot().nodes["a-00"].gpus == 6
@@ -104,7 +97,7 @@ def test_slices_add_to_device_plugin_gpus_and_survive_the_node_being_relisted() 
 
 def test_a_slice_that_arrives_before_its_node_counts_once_the_node_does() -> None:
     store = builders.store([])
-    store.apply("ResourceSlice", "ADDED", _gpu_slice("late-gpus", "late", 4))
+    store.apply("ResourceSlice", "ADDED", builders.gpu_slice("late-gpus", "late", 4))
     assert "late" not in store.snapshot().nodes
     store.apply("Node", "ADDED", builders.node("late", gpus=0, domain=A))
     assert store.snapshot().nodes["late"].gpus == 4
@@ -112,9 +105,9 @@ def test_a_slice_that_arrives_before_its_node_counts_once_the_node_does() -> Non
 
 def test_a_malformed_slice_is_skipped_and_counted_and_the_others_still_count() -> None:
     store = builders.store(builders.rack("a", A, 2, gpus=0))
-    bad = _gpu_slice("a-00-gpus", "a-00", 4)
+    bad = builders.gpu_slice("a-00-gpus", "a-00", 4)
     bad["spec"]["devices"] = "four"
-    store.replace("ResourceSlice", [bad, _gpu_slice("a-01-gpus", "a-01", 4)])
+    store.replace("ResourceSlice", [bad, builders.gpu_slice("a-01-gpus", "a-01", 4)])
     nodes = store.snapshot().nodes
     assert store.rejected == 1 and nodes["a-00"].gpus == 0 and nodes["a-01"].gpus == 4
 

@@ -330,16 +330,18 @@ def _outside_groups(pod: Pod, candidates: Sequence[str], nodes: Mapping[str, Nod
         return FilterOutcome(passed=tuple(candidates))
     passed: list[str] = []
     failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
     for name in candidates:
         node = nodes.get(name)
-        why = None if node is None else plain_pods.short(pod, node, snapshot)
-        if why is None:
+        if node is not None and (never := plain_pods.never(pod, node)) is not None:
+            unresolvable[name] = never
+        elif node is None or (why := plain_pods.short(pod, node, snapshot)) is None:
             passed.append(name)
         else:
             failed[name] = why
-    if passed or not failed:
-        return FilterOutcome(tuple(passed), failed)
-    return FilterOutcome((), failed, outcome="no-fit", reason_class="no-fit")
+    if passed or not (failed or unresolvable):
+        return FilterOutcome(tuple(passed), failed, unresolvable)
+    return FilterOutcome((), failed, unresolvable, outcome="no-fit", reason_class="no-fit")
 
 
 def _in_domain(node: Node, group: Group, ctx: Context, snapshot: Snapshot, pod_uid: str) -> tuple[Verdict, str]:

@@ -19,7 +19,8 @@ ComputeDomain member off it. Spread over a cluster, such pods leave no clique wh
 - a node the pod does not fit on now: 0, as for group members.
 
 Filter (``short``) fails a node without enough free device-plugin GPUs for the pod, counted as for group
-members (bound pods, GPUs attached for pods not bound yet). In fabric mode the dedicated profile leaves
+members (bound pods, GPUs attached for pods not bound yet), and for good (``never``) a node whose GPUs are
+only DRA devices. In fabric mode the dedicated profile leaves
 ``nvidia.com/gpu`` to the extender (``ignoredResources``: attached GPUs are not in a node's allocatable before
 bind), so without this check such a pod would be placed on a full node. It never gets fabric GPUs attached:
 only a group's members do.
@@ -45,9 +46,22 @@ def asks_gpus(pod: Pod) -> bool:
     return pod.gpu_limit > 0
 
 
+def never(pod: Pod, node: Node) -> str | None:
+    """Why ``node`` can never take the pod's GPUs: they are the device plugin's, and the node publishes its
+    GPUs only as DRA devices (in fabric mode kube-scheduler does not count nvidia.com/gpu, so nothing else
+    would keep the pod off it)."""
+    if node.dra_gpus and node.gpus == node.dra_gpus:
+        return (f"pod requests {pod.gpu_limit} nvidia.com/gpu from the device plugin; node publishes its GPUs only "
+                "as DRA devices")
+    return None
+
+
 def short(pod: Pod, node: Node, snapshot: Snapshot) -> str | None:
-    """Why ``node`` cannot take the pod's GPUs now, or None when it can."""
-    free = capacity.free_local(node, snapshot, pod.uid)
+    """Why ``node`` cannot take the pod's GPUs now, or None when it can: its free GPUs, no more than the device
+    plugin publishes (a node with DRA GPUs besides has the rest as DRA devices)."""
+    if (why := never(pod, node)) is not None:
+        return why
+    free = min(capacity.free_local(node, snapshot, pod.uid), node.gpus - node.dra_gpus)
     if free >= pod.gpu_limit:
         return None
     return f"pod needs {pod.gpu_limit} nvidia.com/gpu; node has {free} free"
