@@ -136,6 +136,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     installed: set[str] = attrs.field(factory=lambda: set(KINDS))
     token: str | None = None  # when set, requests without this bearer token get 401
     bindings: list[Obj] = attrs.field(factory=list)  # every binding request: namespace, name, body, status
+    binding_events: bool = True  # False: a binding is stored and no watch sees it yet (a watch behind)
     watching: Counter[str] = attrs.field(factory=Counter)  # open watches by plural
     closing: bool = False
     # Called with every request before it is served: one that returns a response answers it (a fault), one
@@ -397,7 +398,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             if not target:
                 raise _error(422, "Invalid", "target.name: Required value")
             pod.setdefault("spec", {})["nodeName"] = target
-            self._commit(kind, request.namespace, name, pod, emit=True)
+            self._commit(kind, request.namespace, name, pod, emit=self.binding_events)
         except kmock.KubernetesError as exc:
             record["status"] = exc.status
             raise
@@ -588,6 +589,11 @@ class KubeFake:
         return self._call(self.emulator.objects_of, KINDS[plural])
 
     # -- faults and observations ----------------------------------------------------------------------
+
+    def hold_binding_events(self, held: bool = True) -> None:
+        """While held, bindings are stored but no watch event shows them: the watch is behind the writes.
+        ``replace`` of the pod afterwards shows it (with its node)."""
+        self._call(setattr, self.emulator, "binding_events", not held)
 
     def expire_watches(self, plural: str, *, as_status: bool = False) -> None:
         """410 Gone: as an ERROR event on the open watches, or (as_status) as the HTTP status of the next one."""

@@ -13,6 +13,7 @@ import yaml
 
 from tests.e2e import install, objects, scenario
 from tests.e2e.conftest import GPUS_PER_NODE, RealCluster
+from tests.e2e.kubeapi import eventually
 from webhook.domain import keys
 from webhook.domain.policy import Policy
 
@@ -63,6 +64,54 @@ def test_plain_gpu_pods_fill_the_used_rack_and_leave_the_free_one_whole(real_clu
         whole = real_cluster.wait_bound(ns, _job(real_cluster, ns, "rack", 4))
         assert scenario.domains_of(whole) == {"a"}, whole
     finally:
+        real_cluster.cleanup(ns)
+        real_cluster.stop_extender()
+        real_cluster.start_extender()
+        real_cluster.register_webhook()
+
+
+def test_in_fabric_mode_plain_gpu_pods_created_at_once_never_share_a_nodes_gpus(real_cluster: RealCluster) -> None:
+    """The fabric-mode profile leaves nvidia.com/gpu to the extender, so its cache alone keeps pods off full
+    nodes; six 4-GPU pods at once for rack b's three free nodes (rack a and the HGX nodes full): three bind,
+    one per node, and three wait with the extender's reason (webhook/state/assumed.py, the bind verb's check)."""
+    ns = real_cluster.namespace("plain-fabric")
+    api = real_cluster.api
+    real_cluster.stop_extender()
+    try:
+        real_cluster.start_extender("imex-webhook", "--pack-plain-gpu-pods")
+        real_cluster.register_webhook(_component_conditions())
+        real_cluster.restart_scheduler(fabric=True)
+        real_cluster.fill(ns, "a")
+        for i in range(2):
+            full = objects.pod(ns, f"filler-hgx-{i}", gpus=8)
+            full["spec"]["nodeName"] = f"hgx-x-{i:02d}"
+            api.create(full)
+        names = [f"p{i}" for i in range(6)]
+        for name in names:
+            _plain(real_cluster, ns, name, GPUS_PER_NODE)
+
+        def waiting() -> list[str] | None:
+            pods = {p["metadata"]["name"]: p for p in api.list("Pod", ns) if p["metadata"]["name"] in names}
+            unbound = [n for n, p in pods.items() if not p["spec"].get("nodeName")]
+            told = [n for n in unbound if any("nvidia.com/gpu" in (e.get("note") or "")
+                                              for e in real_cluster.events_for(ns, n, "FailedScheduling"))]
+            return unbound if len(pods) == 6 and len(unbound) == 3 and told == unbound else None
+
+        try:
+            eventually(waiting, 90, what="three pods bound and three told why they wait")
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{real_cluster.explain(ns)}") from None
+        used: dict[str, int] = {}
+        for pod in api.list("Pod", ns):
+            node = pod["spec"].get("nodeName")
+            limit = pod["spec"]["containers"][0]["resources"].get("limits", {}).get(keys.GPU_RESOURCE, "0")
+            if node:
+                used[node] = used.get(node, 0) + int(limit)
+        rack_b = {n: g for n, g in used.items() if n.startswith("gb200-b-")}
+        assert rack_b == {f"gb200-b-{i:02d}": GPUS_PER_NODE for i in range(3)}, used
+        assert all(g <= (8 if n.startswith("hgx") else GPUS_PER_NODE) for n, g in used.items()), used
+    finally:
+        real_cluster.restart_scheduler(fabric=False)
         real_cluster.cleanup(ns)
         real_cluster.stop_extender()
         real_cluster.start_extender()

@@ -3,10 +3,11 @@ binding, through the ``Binder`` and ``Attacher`` ports (``webhook.engine.ports``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from webhook.domain import binding
-from webhook.domain.model import Pod, Reservation
+from webhook.domain import binding, plain_pods
+from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
@@ -48,7 +49,18 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
                 core.report.attach_done(pod, node, attached, snapshot.catalog, failure=str(exc))
                 raise
             core.report.attach_done(pod, node, attached, snapshot.catalog)
-        core.binder.bind(pod, node)
+        # Counted on the node before the API call, so that a filter meanwhile sees its GPUs taken; a pod in no
+        # group is checked against the node once more, under the same lock: another pod may have been bound
+        # there since its filter (docs/SCHEDULER.md, "GPU pods outside any group").
+        taken = core.store.assume_bound(pod, node, _room_for(pod, node) if plan.group is None else None)
+        if taken is not None:
+            raise DecisionError(f"node {node} has no room left for pod {pod.ref}: {taken} (a pod was bound there "
+                                "since this one's filter); the scheduler retries")
+        try:
+            core.binder.bind(pod, node)
+        except BaseException:
+            core.store.withdraw_bound(pod, node)
+            raise
         if plan.reservation is not None and plan.reservation.placement_due(now):
             _placed(core, plan.reservation.group_id, now)
     except DecisionError as exc:
@@ -56,6 +68,18 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
         raise
     decision_log("bind", ref, node=node, outcome="bound", domain=domain, group=plan.group_name, attached=attached)
     return BindOutcome("bound", domain, attached)
+
+
+def _room_for(pod: Pod, node: str) -> Callable[[Snapshot], str | None] | None:
+    """Why ``node`` cannot take ``pod``'s device-plugin GPUs now (None: it can); None for a pod asking none."""
+    if not plain_pods.asks_gpus(pod):
+        return None
+
+    def short(snapshot: Snapshot) -> str | None:
+        found = snapshot.nodes.get(node)
+        return None if found is None else plain_pods.short(pod, found, snapshot)
+
+    return short
 
 
 def _reserve_at_bind(core: Core, pod: Pod, plan: binding.BindPlan) -> Reservation:

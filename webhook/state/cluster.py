@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from webhook.domain.group_sources import TABLES, Table
@@ -29,6 +29,7 @@ from webhook.domain.policy import Policy
 from webhook.domain.slices import SliceGpus
 from webhook.errors import WireError
 from webhook.state import kinds, workload_tables
+from webhook.state.assumed import AssumedBindings
 from webhook.state.imex_holds import ImexHolds
 from webhook.state.node_index import NodeIndex
 from webhook.state.pod_index import PodIndex, derive
@@ -67,6 +68,7 @@ class ClusterStore:
         self._imex_holds = ImexHolds()
         self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
         self._index = PodIndex()
+        self._assumed = AssumedBindings()  # pods this replica is binding, not yet bound in the watch
         self._fabric_free: dict[str, int] = {}
         self._attachments: dict[str, Attachment] = {}  # by pod UID
         self._synced: dict[str, bool] = {}
@@ -139,6 +141,35 @@ class ClusterStore:
                 self._put(kind, key, new)
                 self._changed()
             return new
+
+    def assume_bound(self, pod: Pod, node: str, refuse: Callable[[Snapshot], str | None] | None = None) -> str | None:
+        """Show ``pod`` on ``node`` from now on, before the binding is asked for (``webhook.state.assumed``);
+        a pod the watch has not brought yet is held as the bind verb read it. ``refuse`` reads the snapshot
+        under the same lock first, so two binds cannot both pass it: a reason from it assumes nothing and is
+        returned."""
+        with self._lock:
+            why = refuse(self.snapshot()) if refuse is not None else None
+            current = self._objects["Pod"].get(pod.key)
+            held = current if current is not None and current.uid == pod.uid else pod
+            if why is None and held.node_name is None:
+                self._assumed.add(held, node)
+                self._put("Pod", held.key, held)
+                self._changed()
+            return why
+
+    def withdraw_bound(self, pod: Pod, node: str) -> None:
+        """The binding ``assume_bound`` announced failed: the pod is on no node again, unless the watch has
+        shown it bound meanwhile (then the API server did bind it, and the watch is right)."""
+        with self._lock:
+            current = self._objects["Pod"].get(pod.key)
+            if self._assumed.withdraw(pod, node) and current is not None and current.node_name == node:
+                self._put("Pod", pod.key, replace(current, node_name=None))
+                self._changed()
+
+    @property
+    def assumed_bindings(self) -> int:
+        with self._lock:
+            return len(self._assumed)
 
     def set_fabric_free(self, free: Mapping[str, int]) -> None:
         with self._lock:
@@ -248,6 +279,8 @@ class ClusterStore:
 
     def _put(self, kind: str, key: ObjectKey, new: Any) -> None:
         """Hold ``new`` under ``key`` (None: hold nothing) and derive again what depends on it."""
+        if kind == "Pod" and len(self._assumed):
+            new = self._assumed.merge(key, new)
         table = self._objects[kind]
         old = table.pop(key, None)
         if new is not None:
