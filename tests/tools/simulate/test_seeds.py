@@ -13,6 +13,7 @@ import pytest
 from webhook.tools import cli
 from webhook.tools.simulate import seeds, simulation, workload
 from webhook.tools.simulate.report import TIMING_KEYS
+from webhook.tools.stats import percentile
 
 # Six cliques of six trays with multi-rack jobs: every size class, in seconds per seed.
 SMALL = workload.Params(cliques=6, clique_nodes=6, jobs=50, fabric_zones=1, fabric_share=0.05, load=0.6,
@@ -105,6 +106,40 @@ def test_the_verdict_counts_only_classes_both_policies_started_whole(combined: t
                 assert cell["met"] is (ours["wait_p99_minutes"] <= peer["wait_p99_minutes"])
     assert (verdict["compared"], verdict["met"]) == (compared, met)
     assert verdict["target_met"] is (met == compared and verdict["no_split_or_stuck"])
+
+
+def test_the_pooled_reading_is_every_started_jobs_wait_over_the_seeds(combined: tuple[Path, dict[str, Any]]) -> None:
+    out, result = combined
+    text = (out / "seeds.md").read_text()
+    for policy in POLICIES:
+        metrics = [orjson.loads((out / f"seed-{s}" / "metrics.json").read_bytes())["policies"][policy] for s in (3, 4)]
+        for cls in result["classes"]:
+            cells = [m["delay_by_size"][cls] for m in metrics]
+            assert all(len(c["waits_minutes"]) == c["started"] for c in cells)
+            every = sorted(w for c in cells for w in c["waits_minutes"])
+            pooled = result["pooled"][policy][cls]
+            assert pooled["started"] == len(every) == sum(c["started"] for c in cells)
+            assert pooled["submitted"] == sum(c["submitted"] for c in cells)
+            assert pooled["wait_p99_minutes"] == (percentile(every, 99) if every else None)
+    verdict = result["against_peer"]["imex-webhook"]["pooled"]
+    for cls in result["classes"]:
+        assert verdict[cls] == seeds.compare(result["pooled"]["imex-webhook"][cls], result["pooled"]["gang-tas"][cls])
+    assert "| pooled |" in text and "Pooled over the seeds" in text
+
+
+@pytest.mark.parametrize(("waits", "started", "p99"), [
+    ([[1.0, 2.0], [3.0]], 3, percentile([1.0, 2.0, 3.0], 99)),
+    ([[], [5.0]], 1, 5.0),  # one seed started none of the class
+    ([[], []], 0, None),
+    ([[0.0] * 99, [100.0]], 100, percentile([0.0] * 99 + [100.0], 99)),  # the longest wait on one seed
+], ids=["two-seeds", "one-seed-empty", "none-started", "one-long-wait"])
+def test_pooling_sums_the_counts_and_takes_percentiles_over_all_waits(waits: list[list[float]], started: int,
+                                                                      p99: float | None) -> None:
+    cells = [{"submitted": len(w) + 1, "completed": len(w), "split": 0, "stuck": 1, "started": len(w),
+              "waits_minutes": w} for w in waits]
+    pooled = seeds.pool(cells)
+    assert pooled["started"] == started and pooled["submitted"] == started + len(waits)
+    assert pooled["stuck"] == len(waits) and pooled["wait_p99_minutes"] == p99
 
 
 def _cls(started: int, p99: float | None, submitted: int = 10) -> dict[str, Any]:

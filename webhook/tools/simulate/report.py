@@ -78,7 +78,9 @@ def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, 
                       "lost_to_degraded_fabric": sum(s.lost_fabric for _, s in pairs),
                       "restart_gpu_hours_lost": sum(s.lost_gpu_seconds for _, s in pairs) / 3600,
                       "utilisation_useful": _useful_share(pairs, window, gpus),
-                      **{f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)}}
+                      **{f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)},
+                      # every started job's wait, for readings over several seeds (webhook.tools.simulate.seeds)
+                      "waits_minutes": sorted(round(w, 4) for w in waits)}
     return out
 
 

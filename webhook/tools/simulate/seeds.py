@@ -5,7 +5,8 @@ and which one is down to the seed's arrivals and fault draws. A claim about a cl
 seeds, so this runs each seed as ``simulate --seed`` would (its own ``seed-<n>/`` directory, the same files,
 the same figures: a seed's result does not depend on the others or on the worker count), in worker
 processes, and writes ``seeds.md`` and ``seeds.json`` with, per policy, seed and size class, the wait p50 /
-p90 / p99, and for each imex-webhook policy each class's p99 against `gang-tas`'s on the same seed.
+p90 / p99, and for each imex-webhook policy each class's p99 against `gang-tas`'s on the same seed; and the
+same over all seeds pooled (``pool``), as a reading beside the per-seed one.
 
 A class is compared only where both policies started every job of it: `gang-tas` never starts the jobs
 that need fabric GPUs attached, so its percentiles in the 1-pod and 2-4-pod classes leave the hardest jobs
@@ -27,6 +28,7 @@ import orjson
 from webhook.tools.simulate.racks import waits
 from webhook.tools.simulate.report import class_label
 from webhook.tools.simulate.workload import Params
+from webhook.tools.stats import percentile
 
 PEER = "gang-tas"
 MAX_SEEDS = 64
@@ -124,8 +126,23 @@ def combine(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
             against[name] = {"cells": cells, "compared": len(flat), "met": sum(1 for v in flat if v["met"]),
                              "no_split_or_stuck": clean,
                              "target_met": clean and all(v["met"] for v in flat)}
-    return {"seeds": seeds, "classes": classes, "policies": table, "against_peer": against,
+    pooled = {name: {c: pool([results[s]["policies"][name]["delay_by_size"][c] for s in seeds]) for c in classes}
+              for name in names}
+    if PEER in names:
+        for name, verdict in against.items():
+            verdict["pooled"] = {c: compare(pooled[name][c], pooled[PEER][c]) for c in classes}
+    return {"seeds": seeds, "classes": classes, "policies": table, "against_peer": against, "pooled": pooled,
             "parameters": {k: v for k, v in first["parameters"].items() if k != "seed"}}
+
+
+def pool(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One class over several seeds, as one run of all their jobs: the counts summed, the percentiles over
+    every started job's wait. A reading beside the per-seed one, not in its place: the target is per seed."""
+    waits = sorted(w for c in cells for w in c["waits_minutes"])
+    out: dict[str, Any] = {k: sum(c[k] for c in cells) for k in ("submitted", "completed", "split", "stuck")}
+    out["started"] = sum(c["started"] for c in cells)
+    out.update({f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)})
+    return out
 
 
 def markdown(combined: dict[str, Any]) -> str:
@@ -155,8 +172,19 @@ def markdown(combined: dict[str, Any]) -> str:
                   f"below, none split or stuck) {'met' if verdict['target_met'] else 'not met'}.", "",
                   "| seed | " + " | ".join(map(class_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
         for seed in seeds:
-            row = verdict["cells"][str(seed)]
-            cells = ["not comparable" if not v["comparable"] else "ok" if v["met"] else f"+{v['over_minutes']:.1f}"
-                     for v in (row[c] for c in classes)]
-            lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+            lines.append(f"| {seed} | " + " | ".join(_verdicts(verdict["cells"][str(seed)], classes)) + " |")
+        lines.append("| pooled | " + " | ".join(_verdicts(verdict["pooled"], classes)) + " |")
+    lines += ["", "Pooled over the seeds (every started job of a class on every seed, as one run): wait p50 / p90 / "
+              "p99 minutes. The target above is per seed; this reading is beside it, with a few hundred jobs per "
+              "class instead of a few dozen.", "",
+              "| policy | " + " | ".join(map(class_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
+    for name, per_class in combined["pooled"].items():
+        cells = [waits(x) + ("" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})")
+                 for x in (per_class[c] for c in classes)]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _verdicts(row: dict[str, dict[str, Any]], classes: Sequence[str]) -> list[str]:
+    return ["not comparable" if not v["comparable"] else "ok" if v["met"] else f"+{v['over_minutes']:.1f}"
+            for v in (row[c] for c in classes)]
