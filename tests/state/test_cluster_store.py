@@ -77,7 +77,8 @@ def test_a_dra_only_node_has_the_gpus_its_slices_publish_and_loses_them_with_the
     store = builders.store(builders.rack("a", A, 1, gpus=0))
     assert store.snapshot().nodes["a-00"].gpus == 0
     store.apply("ResourceSlice", "ADDED", builders.gpu_slice("a-00-gpus", "a-00", 4))
-    store.apply("ResourceSlice", "ADDED", builders.gpu_slice("a-00-channels", "a-00", 1, driver="compute-domain.nvidia.com"))
+    store.apply("ResourceSlice", "ADDED",
+                builders.gpu_slice("a-00-channels", "a-00", 1, driver="compute-domain.nvidia.com"))
     assert store.snapshot().nodes["a-00"].gpus == 4
     store.apply("ResourceSlice", "MODIFIED", builders.gpu_slice("a-00-gpus", "a-00", 2))
     assert store.snapshot().nodes["a-00"].gpus == 2
