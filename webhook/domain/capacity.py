@@ -40,14 +40,18 @@ def demand(pod: Pod, catalog: Catalog, policy: Policy) -> Demand:
     return Demand(gpus=gpus + claimed, whole_node=whole, claim_gpus=claimed)
 
 
+def only_dra_devices(plugin_gpus: int) -> str:
+    return (f"pod requests {plugin_gpus} nvidia.com/gpu from the device plugin; node publishes its GPUs only "
+            "as DRA devices")
+
+
 def source_mismatch(node: Node, need: Demand) -> str | None:
     """A pod asking the device plugin for GPUs cannot get DRA devices, and the other way round: a node
     offers the GPUs of the kind it publishes (the device plugin's nvidia.com/gpu, or DRA ResourceSlices).
     Attached fabric GPUs come through the device plugin."""
     plugin_need = need.gpus - need.claim_gpus
     if plugin_need > 0 and node.gpus - node.dra_gpus + node.fabric_slots == 0:
-        return (f"pod requests {plugin_need} nvidia.com/gpu from the device plugin; node publishes its GPUs only "
-                "as DRA devices")
+        return only_dra_devices(plugin_need)
     if (need.claim_gpus > 0 or need.whole_node) and node.dra_gpus == 0 and node.gpus > 0:
         return "pod claims GPUs through DRA; node has only device-plugin GPUs (no GPU ResourceSlice)"
     return None

@@ -49,18 +49,15 @@ def asks_gpus(pod: Pod) -> bool:
 def never(pod: Pod, node: Node) -> str | None:
     """Why ``node`` can never take the pod's GPUs: they are the device plugin's, and the node publishes its
     GPUs only as DRA devices (in fabric mode kube-scheduler does not count nvidia.com/gpu, so nothing else
-    would keep the pod off it)."""
-    if node.dra_gpus and node.gpus == node.dra_gpus:
-        return (f"pod requests {pod.gpu_limit} nvidia.com/gpu from the device plugin; node publishes its GPUs only "
-                "as DRA devices")
-    return None
+    would keep the pod off it). Unlike ``capacity.source_mismatch`` for group members, fabric slots do not
+    count: a pod in no group never gets fabric GPUs attached."""
+    return capacity.only_dra_devices(pod.gpu_limit) if node.dra_gpus and node.gpus == node.dra_gpus else None
 
 
 def short(pod: Pod, node: Node, snapshot: Snapshot) -> str | None:
     """Why ``node`` cannot take the pod's GPUs now, or None when it can: its free GPUs, no more than the device
-    plugin publishes (a node with DRA GPUs besides has the rest as DRA devices)."""
-    if (why := never(pod, node)) is not None:
-        return why
+    plugin publishes (a node with DRA GPUs besides has the rest as DRA devices; one with only those is
+    ``never``'s)."""
     free = min(capacity.free_local(node, snapshot, pod.uid), node.gpus - node.dra_gpus)
     if free >= pod.gpu_limit:
         return None

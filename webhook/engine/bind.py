@@ -77,7 +77,7 @@ def _room_for(pod: Pod, node: str) -> Callable[[Snapshot], str | None] | None:
 
     def short(snapshot: Snapshot) -> str | None:
         found = snapshot.nodes.get(node)
-        return None if found is None else plain_pods.short(pod, found, snapshot)
+        return None if found is None else plain_pods.never(pod, found) or plain_pods.short(pod, found, snapshot)
 
     return short
 

@@ -59,6 +59,11 @@ def _wait_minutes(s: JobState) -> float | None:
     return s.waited / 60 if s.started is not None else None
 
 
+def wait_percentiles(waits: list[float]) -> dict[str, float | None]:
+    """The median, p90 and p99 of the waits in minutes, as every class's figures name them (None: no wait)."""
+    return {f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)}
+
+
 def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, float],
                   gpus: int) -> dict[str, dict[str, Any]]:
     """Per job-size class (``workload.SIZE_CLASSES``, and ``workload.RACK_CLASS`` when the stream has
@@ -78,7 +83,7 @@ def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, 
                       "lost_to_degraded_fabric": sum(s.lost_fabric for _, s in pairs),
                       "restart_gpu_hours_lost": sum(s.lost_gpu_seconds for _, s in pairs) / 3600,
                       "utilisation_useful": _useful_share(pairs, window, gpus),
-                      **{f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)},
+                      **wait_percentiles(waits),
                       # every started job's wait, for readings over several seeds (webhook.tools.simulate.seeds)
                       "waits_minutes": sorted(round(w, 4) for w in waits)}
     return out
@@ -93,7 +98,7 @@ def by_exclusivity(jobs: list[Job], states: list[JobState]) -> dict[str, dict[st
         waits = [w for s in pairs if (w := _wait_minutes(s)) is not None]
         out[label] = {"submitted": len(pairs),
                       **{k: sum(1 for s in pairs if s.outcome == k) for k in ("completed", "stuck", "pending")},
-                      **{f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)}}
+                      **wait_percentiles(waits)}
     return out
 
 

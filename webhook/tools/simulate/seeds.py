@@ -26,9 +26,8 @@ from typing import Any
 import orjson
 
 from webhook.tools.simulate.racks import waits
-from webhook.tools.simulate.report import class_label
+from webhook.tools.simulate.report import class_label, wait_percentiles
 from webhook.tools.simulate.workload import Params
-from webhook.tools.stats import percentile
 
 PEER = "gang-tas"
 MAX_SEEDS = 64
@@ -141,7 +140,7 @@ def pool(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     waits = sorted(w for c in cells for w in c["waits_minutes"])
     out: dict[str, Any] = {k: sum(c[k] for c in cells) for k in ("submitted", "completed", "split", "stuck")}
     out["started"] = sum(c["started"] for c in cells)
-    out.update({f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)})
+    out.update(wait_percentiles(waits))
     return out
 
 
@@ -158,11 +157,7 @@ def markdown(combined: dict[str, Any]) -> str:
     for name, per_seed in combined["policies"].items():
         for seed in seeds:
             r = per_seed[str(seed)]
-            cells = []
-            for c in classes:
-                x = r["classes"][c]
-                tail = "" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})"
-                cells.append(f"{waits(x)}{tail}")
+            cells = [_waits_of_started(r["classes"][c]) for c in classes]
             lines.append(f"| {name} | {seed} | {r['completed']} of {r['submitted']} | {r['split']} | {r['stuck']} "
                          f"| {r['utilisation_useful']:.1%} | " + " | ".join(cells) + " |")
     for name, verdict in combined["against_peer"].items():
@@ -179,10 +174,14 @@ def markdown(combined: dict[str, Any]) -> str:
               "class instead of a few dozen.", "",
               "| policy | " + " | ".join(map(class_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
     for name, per_class in combined["pooled"].items():
-        cells = [waits(x) + ("" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})")
-                 for x in (per_class[c] for c in classes)]
+        cells = [_waits_of_started(per_class[c]) for c in classes]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _waits_of_started(x: dict[str, Any]) -> str:
+    """A class's waits, with started/submitted when not every job started."""
+    return waits(x) + ("" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})")
 
 
 def _verdicts(row: dict[str, dict[str, Any]], classes: Sequence[str]) -> list[str]:
