@@ -3,13 +3,18 @@
 The attachment object is written *before* each fabric call (intent first: ``Composing`` with the block
 ids), so a crash at any point leaves a record the reconciler can finish or roll back, and a retried bind
 (the scheduler retries when we answer with an Error) continues the same attachment instead of starting
-another. Adapters come in through the ports of ``webhook.engine.ports``: the attachment store (the API
-server, or memory in embedded mode) and the fabric manager (``webhook.adapters.redfish.fabric``).
+another. An attach that fails before any block was chosen (the fabric manager did not list the free
+blocks within the bind's deadline) ends the attachment Failed with no blocks: nothing was composed, so
+it holds none of the node's slots and the retry starts over, on whichever node it names.
+
+Adapters come in through the ports of ``webhook.engine.ports``: the attachment store (the API server, or
+memory in embedded mode) and the fabric manager (``webhook.adapters.redfish.fabric``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -39,6 +44,8 @@ class FabricAttacher:
         self.poll = poll
         self.sleep = sleep
         self.monotonic = monotonic  # the fabric client's clock
+        self._choosing = threading.Lock()
+        self._claimed: set[str] = set()  # block ids chosen by a bind whose intent is not on record yet
 
     def _advance(self, att: Attachment, phase: Phase, message: str = "", blocks: tuple[Block, ...] | None = None
                  ) -> Attachment:
@@ -75,13 +82,10 @@ class FabricAttacher:
     def _start(self, pod: Pod, node: Node, gpus: int, deadline: float) -> Attachment:
         name = fa.name_for(pod.uid)
         current = self.store.get(name)
-        if current is not None:
+        if current is not None and not _nothing_composed(current):
             if current.node != node.name:
                 raise DecisionError(f"fabric GPUs for pod {pod.ref} are being attached to node {current.node}; "
                                     "the scheduler retries there")
-            if current.phase is Phase.FAILED and not current.blocks:
-                # Nothing is composed: this bind is the scheduler's retry, so start over with it.
-                return self._advance(replace(current, gpus=gpus), Phase.PENDING)
             if current.phase in (Phase.FAILED, Phase.RELEASING, Phase.DETACHED):
                 raise DecisionError(f"the last fabric attach for pod {pod.ref} ended {current.phase.value}: "
                                     f"{current.message or 'no reason recorded'}; it is being cleaned up, then "
@@ -93,8 +97,13 @@ class FabricAttacher:
         try:
             system = self.fabric.system_for(node.name, node.redfish_system, deadline=self._fabric_deadline(deadline))
         except (FabricFailure, TimeoutError) as exc:
-            raise DecisionError(f"cannot find node {node.name}'s system in the fabric manager: {exc or 'timed out'}; "
+            raise DecisionError(f"cannot find node {node.name}'s system in the fabric manager: {_why(exc)}; "
                                 "the scheduler retries") from exc
+        if current is not None:
+            # Nothing is composed: this bind is the scheduler's retry, so start over with it, on the node it
+            # names now (the domain lets a failed attachment's pod go to any node: capacity.own_attachment).
+            again = replace(current, node=node.name, zone=node.fabric_zone, gpus=gpus, system=system)
+            return self._advance(again, Phase.PENDING, blocks=())
         att = Attachment(name=name, node=node.name, pod_namespace=pod.namespace, pod_name=pod.name,
                          pod_uid=pod.uid, zone=node.fabric_zone, gpus=gpus, system=system,
                          phase_since=rfc3339(self.clock(), "ms"))
@@ -111,15 +120,29 @@ class FabricAttacher:
             try:
                 free = self.fabric.free_blocks(att.zone, deadline=self._fabric_deadline(deadline))
             except (FabricFailure, TimeoutError) as exc:
-                raise DecisionError(f"cannot read the free GPU blocks of fabric zone {att.zone}: "
-                                    f"{exc or 'timed out'}; the scheduler retries") from exc
-            if len(free) < att.gpus:
+                raise self._give_up(att, f"cannot read the free GPU blocks of fabric zone {att.zone}: "
+                                         f"{_why(exc)}; the scheduler retries") from exc
+            with self._choosing:
+                # Blocks another attachment names are taken even where the fabric still lists them free:
+                # concurrent binds read the same list. Chosen ones count as taken until their intent is on
+                # record. No request is made under this lock (``all`` reads a cache or memory).
+                taken = self._claimed | {b.id for a in self.store.all() if a.name != att.name
+                                         and a.phase is not Phase.DETACHED for b in a.blocks}
+                free = [b for b in free if b.id not in taken]
+                chosen = tuple(free[: att.gpus])
+                if len(chosen) == att.gpus:
+                    self._claimed.update(b.id for b in chosen)
+            if len(chosen) < att.gpus:
                 self._advance(att, Phase.FAILED, f"fabric zone {att.zone} has {len(free)} free GPU blocks, "
                                                  f"the pod needs {att.gpus}")
                 raise DecisionError(f"fabric zone {att.zone} has {len(free)} free GPU blocks, pod "
                                     f"{att.pod_namespace}/{att.pod_name} needs {att.gpus}")
-            # Intent first: a crash after the compose still leaves the block ids on record.
-            att = self._advance(att, Phase.COMPOSING, blocks=tuple(free[: att.gpus]))
+            try:
+                # Intent first: a crash after the compose still leaves the block ids on record.
+                att = self._advance(att, Phase.COMPOSING, blocks=chosen)
+            finally:
+                with self._choosing:
+                    self._claimed.difference_update(b.id for b in chosen)
         ids = [b.id for b in att.blocks]
         try:
             composed = self.fabric.attach(att.system, ids, self._fabric_deadline(deadline))
@@ -129,6 +152,16 @@ class FabricAttacher:
         except TimeoutError as exc:
             raise DecisionError(self._waiting(att, "the fabric manager to finish composing")) from exc
         return self._advance(att, Phase.ATTACHED, blocks=tuple(composed))
+
+    def _give_up(self, att: Attachment, reason: str) -> DecisionError:
+        """No block chosen, nothing composed: the attachment ends Failed without blocks. Left Pending, it would
+        hold the node's slots and the pod's node until the reconciler's attach timeout; Failed, the retry
+        starts over wherever the scheduler binds next."""
+        try:
+            self._advance(att, Phase.FAILED, reason)
+        except DecisionError as exc:
+            log.info("attachment %s not marked Failed: %s", att.name, exc)  # whoever changed it carries on
+        return DecisionError(reason)
 
     def _fabric_deadline(self, deadline: float) -> float:
         # The fabric client measures time on the monotonic clock; the engine's deadline is wall time.
@@ -153,3 +186,13 @@ class FabricAttacher:
         return (f"attachment {att.name} for pod {att.pod_namespace}/{att.pod_name} is in phase {att.phase.value} "
                 f"for {since(att, self.clock()):.1f}s, waiting for {what}; the scheduler retries and the next "
                 "bind continues it")
+
+
+def _nothing_composed(att: Attachment) -> bool:
+    return att.phase is Phase.FAILED and not att.blocks
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"the fabric manager did not answer in time ({exc or 'no detail'})"
+    return str(exc)

@@ -13,6 +13,8 @@ from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
 from webhook.errors import DecisionError, DomainFull, StoreConflict
 
+RETRIES = "; the scheduler retries"
+
 
 @dataclass(frozen=True, slots=True)
 class BindOutcome:
@@ -46,8 +48,11 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
             try:
                 core.attacher.attach(pod, snapshot.nodes[node], attached, deadline)
             except DecisionError as exc:
-                core.report.attach_done(pod, node, attached, snapshot.catalog, failure=str(exc))
-                raise
+                failure = exc if core.clock() < deadline else DecisionError(_spent(str(exc), core.bind_budget))
+                core.report.attach_done(pod, node, attached, snapshot.catalog, failure=str(failure))
+                if failure is exc:
+                    raise
+                raise failure from exc
             core.report.attach_done(pod, node, attached, snapshot.catalog)
         # Counted on the node before the API call, so that a filter meanwhile sees its GPUs taken; a pod in no
         # group is checked against the node once more, under the same lock: another pod may have been bound
@@ -68,6 +73,13 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
         raise
     decision_log("bind", ref, node=node, outcome="bound", domain=domain, group=plan.group_name, attached=attached)
     return BindOutcome("bound", domain, attached)
+
+
+def _spent(reason: str, budget: float) -> str:
+    """``reason`` naming the budget, before what the scheduler does next: an operator reading "did not
+    answer in time" learns which limit (``--bind-budget``) it ran into."""
+    head, retries, tail = reason.partition(RETRIES)
+    return f"{head}; bind budget {budget:g} s spent{retries}{tail}"
 
 
 def _room_for(pod: Pod, node: str) -> Callable[[Snapshot], str | None] | None:

@@ -2,7 +2,8 @@
 another origin are refused before anything is sent there (another port receives no request, so no token and
 no password), ``https`` is never downgraded, a huge reply is cut at the cap without being read to its end, a
 reply that drips is given up at the request's deadline with one log line, and a reply that is not JSON is a
-clear error. Waits are on events, bounded; elapsed times are only checked against generous limits."""
+clear error. Waits are on events, bounded; elapsed times are only checked against generous limits. The
+``servers`` fixture (``conftest.py``) starts hostile servers and stops them after the test."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +36,6 @@ PASSWORD = "hostile-test-password"
 SYSTEMS = "/redfish/v1/Systems"
 BIG = 64 * 1024 * 1024
 WAIT = 30.0  # the most any event here is waited for
-
-
-@pytest.fixture
-def servers() -> Iterator[Callable[..., Hostile]]:
-    started: list[Hostile] = []
-
-    def start(routes: dict[str, hostile.Handler] | None = None, tls: ssl.SSLContext | None = None) -> Hostile:
-        server = hostile.start(routes, tls)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 @pytest.fixture
@@ -257,7 +244,8 @@ def test_an_origin_is_scheme_host_and_port_with_default_ports_filled_in(url: str
 
 @pytest.mark.parametrize("link, expected", [
     ("/redfish/v1/Systems", "https://bmc:8443/prefix/redfish/v1/Systems"),
-    ("https://BMC:8443/redfish/v1/Systems?$skip=2", "https://BMC:8443/redfish/v1/Systems?$skip=2"),
+    # The authority requested is the --fabric URL's own text, never the link's: only its path and query are used.
+    ("https://BMC:8443/redfish/v1/Systems?$skip=2", "https://bmc:8443/redfish/v1/Systems?$skip=2"),
     ("//bmc:8443/x", "https://bmc:8443/x"),
     ("http://bmc:8443/x", None), ("https://bmc/x", None), ("https://bmc:9443/x", None), ("//evil:8443/x", None),
 ])
@@ -278,11 +266,13 @@ def test_every_followable_link_in_a_reply_is_checked_at_any_depth() -> None:
     deep: dict[str, Any] = {"@odata.id": "https://evil/x"}
     for _ in range(50):
         deep = {"Links": [deep]}
-    assert foreign_link(deep, "https://bmc", origin) == "https://evil/x"
+    refused = foreign_link(deep, origin, "a test")
+    assert refused is not None and refused.link == "https://evil/x"
     same = {"Members": [{"@odata.id": "https://bmc/redfish/v1/A"}, {"@odata.id": "/redfish/v1/B"}],
             "Actions": {"#X": {"target": "/t"}}, "@odata.context": "https://elsewhere/$metadata"}
-    assert foreign_link(same, "https://bmc", origin) == ""  # @odata.context is not followed
-    assert foreign_link({"Members@odata.nextLink": "http://bmc/p2"}, "https://bmc", origin) == "http://bmc/p2"
+    assert foreign_link(same, origin, "a test") is None  # @odata.context is not followed
+    downgrade = foreign_link({"Members@odata.nextLink": "http://bmc/p2"}, origin, "a test")
+    assert downgrade is not None and downgrade.link == "http://bmc/p2"
 
 
 @pytest.mark.parametrize("value, ok", [("65536", True), ("1024", False), (str(2 * 1024 ** 3), False)])

@@ -269,17 +269,18 @@ class Converger:
         try:
             self._converge(system, ours, Goal(False, system), grace, set())
         except FabricError as exc:
-            left = self._still_composed(system, ours)
+            left = self._still_composed(system, ours, grace)
             log.error("rollback on %s failed (%s); still composed: %s", system, exc, ", ".join(left) or "none")
             return error.with_leftover(left)
         return error
 
-    def _still_composed(self, system: str, uris: list[str]) -> list[str]:
-        """Which of ``uris`` are composed or composing to ``system`` (unreadable ones count as composed)."""
+    def _still_composed(self, system: str, uris: list[str], deadline: float) -> list[str]:
+        """Which of ``uris`` are composed or composing to ``system``; ones unreadable by ``deadline`` (the
+        rollback's, which a bind waits for) count as composed, and the reconciler's orphan sweep settles them."""
         left = []
         for uri in uris:
             try:
-                info = self.reads.read_block(uri, "rollback")
+                info = self.reads.read_block(uri, "rollback", deadline)
             except FabricError:
                 left.append(uri)
                 continue

@@ -11,12 +11,14 @@ Attach and detach come twice. ``compose`` and ``decompose`` speak Redfish: ``Blo
 ``FabricError`` with the service's message ids, the phase and a rollback's leftover. The port's ``attach``
 and ``detach`` run them and translate: ``BlockInfo`` into the attachment's ``Block``, ``FabricError`` into
 ``FabricFailure``, or into ``TimeoutError`` when only the deadline ran out, so that the attacher reports
-"still composing" and the next bind continues instead of declaring the attach failed.
+"still composing" and the next bind continues instead of declaring the attach failed (a read cut short
+raises ``ReadTimeout``, both: the attacher says the fabric manager did not answer in time).
 
 ``feed`` refreshes the free GPUs per zone into the ClusterStore on an interval: that is the "attachable"
 capacity every filter call reads, and the only background refresh of the fabric inventory (the inventory
-itself re-reads only when a read finds its snapshot older than ``refresh_interval``). All methods are
-thread-safe.
+itself re-reads only when a read finds its snapshot older than ``refresh_interval``). A bind never waits
+for that refresh: it reads the free blocks itself, within its own deadline (``inventory.py``). All methods
+are thread-safe.
 """
 
 from __future__ import annotations
@@ -40,12 +42,22 @@ from webhook.wire.fabric_attachment import Block
 log = logging.getLogger(__name__)
 
 
+class ReadTimeout(FabricFailure, TimeoutError):
+    """A read the caller's deadline cut short: a ``TimeoutError`` as ``ports.FabricManager`` says (the
+    attacher then reports that the fabric manager did not answer in time), and still the ``FabricFailure``
+    that callers of the reads have always caught."""
+
+
 def _failure(exc: FabricError) -> Exception:
     # Only the caller's deadline ran out: the composition may still be running and a later attach call
     # carries on without composing twice, so this is "not yet", not a failure to roll back.
     if exc.deadline:
         return TimeoutError(str(exc))
     return FabricFailure(str(exc))
+
+
+def _read_failure(exc: FabricError) -> Exception:
+    return ReadTimeout(str(exc)) if exc.deadline else FabricFailure(str(exc))
 
 
 class FreeSink(Protocol):
@@ -92,17 +104,17 @@ class RedfishFabric:
     # its own so that a slow fabric cannot hold /bind past its budget (every request in the call counts).
 
     def free_blocks(self, zone: str, deadline: float | None = None) -> list[Block]:
-        self.inventory.invalidate()  # choosing blocks wants the current state, not the last refresh
+        # Choosing blocks wants the current state, not the last refresh: a read of our own, begun now.
         try:
-            return [b.to_block() for b in self.inventory.free_blocks(deadline).get(zone, [])]
+            return [b.to_block() for b in self.inventory.free_blocks(deadline, fresh=True).get(zone, [])]
         except FabricError as exc:
-            raise FabricFailure(str(exc)) from exc
+            raise _read_failure(exc) from exc
 
     def system_for(self, node: str, annotation: str | None, deadline: float | None = None) -> str:
         try:
             return self.inventory.system_for(node, annotation, deadline)
         except FabricError as exc:
-            raise FabricFailure(str(exc)) from exc
+            raise _read_failure(exc) from exc
 
     def attach(self, system: str, block_ids: list[str], deadline: float) -> list[Block]:
         try:
@@ -178,6 +190,6 @@ class RedfishFabric:
         system = wire.path_of(system)
         log.info("detaching %s from %s", ", ".join(block_ids), system)
         try:
-            self.converger.detach(system, [self.inventory.block_uri(b) for b in block_ids], deadline)
+            self.converger.detach(system, [self.inventory.block_uri(b, deadline) for b in block_ids], deadline)
         finally:
             self.inventory.invalidate()

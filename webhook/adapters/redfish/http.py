@@ -3,7 +3,8 @@ shared Redfish session or HTTP Basic, see ``auth.py``), deadlines, reads with re
 
 What it takes from a service is bounded (``limits.py``: a total deadline per request, a cap on reply bodies)
 and where it goes is checked (``origin.py``: only the service's own origin, redirects included; credentials
-go nowhere else). Redirects are followed by hand, for reads only, so that the check sees every hop.
+go nowhere else). Every URL requested is one that ``origin.resolve`` built from checked parts, never a string
+a reply wrote. Redirects are followed by hand, for reads only, so that the check sees every hop.
 
 ``requests.Session`` is not thread-safe, so each thread gets its own (JSON headers); TLS verification
 (True, False or a CA file) is passed on every request, because requests lets ``REQUESTS_CA_BUNDLE``
@@ -35,7 +36,7 @@ from webhook.adapters.redfish.auth import (
     offers_no_sessions,
 )
 from webhook.adapters.redfish.limits import WATCHDOG, Guard, TrackingAdapter, read_body
-from webhook.adapters.redfish.origin import ForeignLink, Origin, foreign_link, is_absolute, origin_of, resolve
+from webhook.adapters.redfish.origin import ForeignLink, Origin, RefusalLog, check, foreign_link, origin_of, resolve
 from webhook.adapters.redfish.payloads import FabricError
 from webhook.domain.limits import DEFAULT_MAX_RESPONSE
 from webhook.errors import ImexWebhookError
@@ -72,8 +73,11 @@ class HttpTransport:
         self.base_url = _without_userinfo(base_url).rstrip("/")
         origin = origin_of(self.base_url)
         if origin is None:
-            raise FabricError("connect to", self.base_url, "not an http:// or https:// URL with a host")
+            raise FabricError("connect to", self.base_url, "not an http:// or https:// URL with a plain host and "
+                              "port (no backslash, whitespace or percent-encoding in them; an international "
+                              "host name in its xn-- form)")
         self.origin: Origin = origin
+        self.refusals = RefusalLog(clock)
         self.max_response = max_response
         self._basic = (username, password)
         self.auth = SessionAuth(auth)
@@ -97,14 +101,22 @@ class HttpTransport:
         return session
 
     def url(self, path: str, where: str = "request") -> str:
-        """The URL of a path or link; ForeignLink when it leaves the service's origin."""
-        return resolve(self.base_url, self.origin, path, where)
+        """The URL to request for a path or link; ForeignLink (logged) when it is refused."""
+        try:
+            return resolve(self.base_url, self.origin, path, where)
+        except ForeignLink as refused:
+            raise self._logged(refused) from None
 
     def link(self, value: str, where: str) -> str:
-        """A link a reply names, as a path on the service; ForeignLink when it names another origin."""
-        if value and is_absolute(value):
-            self.url(value, where)
-        return wire.path_of(value) if value else ""
+        """A link a reply names, as a path on the service; ForeignLink (logged) when it is refused."""
+        try:
+            return wire.path_of(check(self.origin, value, where).path) if value else ""
+        except ForeignLink as refused:
+            raise self._logged(refused) from None
+
+    def _logged(self, refusal: ForeignLink) -> ForeignLink:
+        self.refusals.note(refusal)
+        return refusal
 
     def _timeout(self, deadline: float | None) -> float:
         """The time one request may take in all: ``timeout``, or less to fit the caller's deadline."""
@@ -199,8 +211,8 @@ class HttpTransport:
         if 200 <= resp.status_code < 300 and token:
             body = json_of(resp)
             named = body.get("@odata.id") if isinstance(body, dict) else None  # the Location header is checked
-            location = wire.path_of(resp.headers.get("Location") or "") or \
-                self.link(named if isinstance(named, str) else "", "the session login reply")
+            location = self.link(resp.headers.get("Location") or "", "the Location of the session login reply") \
+                or self.link(named if isinstance(named, str) else "", "the session login reply")
             log.info("logged in to %s with a Redfish session (%s)", self.base_url, location or "no session URI")
             return Login(token, location)
         without = 200 <= resp.status_code < 300 or offers_no_sessions(resp.status_code,
@@ -280,9 +292,9 @@ class HttpTransport:
                     kind = resp.headers.get("Content-Type") or "no Content-Type"
                     raise FabricError(operation, path, f"the reply is not a JSON object ({wire.short(kind, 60)}): "
                                       f"{snippet(resp, 120)}", phase="read")
-                foreign = foreign_link(body, self.base_url, self.origin)
+                foreign = foreign_link(body, self.origin, f"the reply to GET {wire.short(path, 80)} ({operation})")
                 if foreign:
-                    raise ForeignLink(foreign, self.origin, f"the reply to GET {wire.short(path, 80)} ({operation})")
+                    raise self._logged(foreign)
                 if wire.path_of(path) == ROOT:
                     self.auth.note_root(body)  # saves the login a second read of the root
                 return body, resp.headers.get("ETag") or str(body.get("@odata.etag") or "")

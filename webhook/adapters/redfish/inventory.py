@@ -6,7 +6,14 @@ Zone keys are the Zone resources' ``Id`` (= the node label ``imex-webhook.io/fab
 zone comes from the ComputerSystem-type ResourceBlock that registers it (DMTF's expandable system model).
 Each block's Processor is read once (GPU identity does not change). Systems are cached with their ETag and
 block links for the converger (``BlockReads`` in ``converger.py``). All methods are thread-safe; the
-caches are shared behind one lock.
+caches are shared behind one lock, which is never held across a request.
+
+A read of the whole inventory (``discover``) fetches with no lock held and swaps its result in at the
+end, so a read that fails half-way changes nothing and a slow one keeps no one else waiting: a bind, which
+must answer within its budget, reads for itself and never queues behind the feed's read (it used to, for
+as long as that read took: tests/engine/test_bind_budget_under_refresh.py). Reads are numbered; an older
+read that ends after a newer one was swapped in is dropped, and one that began before an ``invalidate``
+(our own compose or decompose) is kept but not counted fresh.
 """
 
 from __future__ import annotations
@@ -38,16 +45,32 @@ class Discovery:
     systems: dict[str, str]  # system @odata.id -> zone Id ("" when no ComputerSystem block says)
 
 
+@dataclass(frozen=True)
+class _Places:
+    """Which zone a block is in, as one read of the zones found it."""
+
+    zone_ids: dict[str, str]  # zone @odata.id -> Id
+    zone_of_block: dict[str, str]  # block @odata.id -> zone Id (from the zones' links)
+
+    def zone(self, body: dict[str, Any]) -> str:
+        for uri in wire.links(body, "Zones"):
+            if uri in self.zone_ids:
+                return self.zone_ids[uri]
+        return self.zone_of_block.get(wire.odata_id(body), "")
+
+
 class Inventory:
     def __init__(self, http: HttpTransport, refresh_interval: float) -> None:
         self.http = http
         self.refresh_interval = refresh_interval
         self._lock = threading.RLock()
-        self._refreshing = threading.Lock()
+        self._refreshing = threading.Lock()  # background reads (no deadline), one at a time
+        self._reads = 0  # reads begun; each read's number is the count when it began
+        self._installed = 0  # the read whose result the caches hold
+        self._changed = 0  # the last read begun before the last invalidate()
         self._discovery: Discovery | None = None
         self._expand = False
-        self._zone_ids: dict[str, str] = {}  # zone @odata.id -> Id
-        self._zone_of_block: dict[str, str] = {}  # block @odata.id -> zone Id (from the zones' links)
+        self._places = _Places({}, {})
         self._gpus: dict[str, wire.Gpu] = {}  # block @odata.id -> identity (fixed, so kept)
         self._systems: dict[str, SystemView] = {}
         self._blocks: list[BlockInfo] | None = None  # GPU blocks at the last refresh
@@ -76,6 +99,13 @@ class Inventory:
 
     def discover(self, deadline: float | None = None) -> Discovery:
         """Find the CompositionService, zones, blocks and systems from the service root; refresh the snapshot."""
+        return self._read_all(deadline)[0]
+
+    def _read_all(self, deadline: float | None) -> tuple[Discovery, list[BlockInfo]]:
+        """One read of the whole inventory, fetched with no lock held and swapped in at the end."""
+        with self._lock:
+            self._reads += 1
+            number = self._reads
         op = "discover"
 
         def get(uri: str, operation: str) -> tuple[dict[str, Any], str]:
@@ -101,39 +131,33 @@ class Inventory:
             zone_id = str(body.get("Id") or wire.odata_id(body).rsplit("/", 1)[-1])
             zones[zone_id] = wire.odata_id(body)
             zone_of_block.update(dict.fromkeys(wire.links(body, "ResourceBlocks"), zone_id))
-        with self._lock:
-            self._zone_ids = {uri: zone_id for zone_id, uri in zones.items()}
-            self._zone_of_block = zone_of_block
+        places = _Places({uri: zone_id for zone_id, uri in zones.items()}, zone_of_block)
         systems = {self._remember_system(body, etag).uri: ""
                    for body, etag in self._collection(systems_uri, op, deadline)}
         gpus: list[BlockInfo] = []
         for body, etag in self._collection(blocks_uri, op, deadline):
             types = wire.block_types(body)
             if "ComputerSystem" in types:
-                zone = self._zone(body)
+                zone = places.zone(body)
                 for system in wire.link_list(body.get("ComputerSystems")) + wire.links(body, "ComputerSystems"):
                     systems[system] = zone
             if "Processor" in types:
-                info = self._parse(body, etag, op, deadline)
+                info = self._parse(body, etag, op, deadline, places)
                 if info is not None:
                     gpus.append(info)
         found = Discovery(comp_uri, blocks_uri, systems_uri, zones, systems)
         with self._lock:
-            self._discovery = found
-            self._blocks = gpus
-            self._refreshed_at = self.http.clock()
-        return found
+            if number > self._installed:
+                self._installed = number
+                self._discovery, self._places, self._blocks = found, places, gpus
+                # Begun before our last compose or decompose, it may show a block as it was before.
+                self._refreshed_at = self.http.clock() if number > self._changed else -float("inf")
+        return found, gpus
 
-    def _zone(self, body: dict[str, Any]) -> str:
-        with self._lock:
-            for uri in wire.links(body, "Zones"):
-                if uri in self._zone_ids:
-                    return self._zone_ids[uri]
-            return self._zone_of_block.get(wire.odata_id(body), "")
-
-    def _parse(self, body: dict[str, Any], etag: str, operation: str,
-               deadline: float | None = None) -> BlockInfo | None:
-        """A GPU block's BlockInfo, or None for a block without a GPU Processor."""
+    def _parse(self, body: dict[str, Any], etag: str, operation: str, deadline: float | None = None,
+               places: _Places | None = None) -> BlockInfo | None:
+        """A GPU block's BlockInfo, or None for a block without a GPU Processor; its zone from ``places``
+        (a read in progress), else from the last read."""
         uri = wire.odata_id(body)
         with self._lock:
             gpu = self._gpus.get(uri)
@@ -149,7 +173,10 @@ class Inventory:
                     break
             with self._lock:
                 self._gpus[uri] = gpu
-        return wire.parse_block(body, self._zone(body), gpu, etag) if gpu.is_gpu else None
+        if places is None:
+            with self._lock:
+                places = self._places
+        return wire.parse_block(body, places.zone(body), gpu, etag) if gpu.is_gpu else None
 
     def _remember_system(self, body: dict[str, Any], etag: str) -> SystemView:
         view = SystemView(wire.odata_id(body), str(body.get("Id") or ""), str(body.get("HostName") or ""), etag,
@@ -167,16 +194,28 @@ class Inventory:
     # --- capacity snapshot -----------------------------------------------------------------------
 
     def refresh(self, deadline: float | None = None) -> list[BlockInfo]:
-        """Re-read the inventory now (one refresh at a time; concurrent callers share it)."""
+        """Re-read the inventory now. With a deadline (a bind) the read starts at once: waiting for a read
+        in flight would put that read's length, which no deadline of ours bounds, into the bind's. Without
+        one (the feed, the reconciler) reads go one at a time, and a caller that waited takes the result
+        of a read that began after it asked instead of reading again."""
+        if deadline is not None:
+            return self._read(deadline)
+        with self._lock:
+            asked = self._reads
         with self._refreshing:
-            try:
-                self.discover(deadline)
-            except FabricError as exc:
-                self.last_refresh_error = str(exc)
-                raise
-            self.last_refresh_error = ""
             with self._lock:
-                return list(self._blocks or [])
+                if self._blocks is not None and self._installed > max(asked, self._changed):
+                    return list(self._blocks)
+            return self._read(None)
+
+    def _read(self, deadline: float | None) -> list[BlockInfo]:
+        try:
+            blocks = self._read_all(deadline)[1]
+        except FabricError as exc:
+            self.last_refresh_error = str(exc)
+            raise
+        self.last_refresh_error = ""
+        return list(blocks)
 
     def _snapshot(self, deadline: float | None) -> list[BlockInfo]:
         with self._lock:
@@ -185,10 +224,10 @@ class Inventory:
             return list(blocks)
         return self.refresh(deadline)
 
-    def free_blocks(self, deadline: float | None = None) -> dict[str, list[BlockInfo]]:
+    def free_blocks(self, deadline: float | None = None, fresh: bool = False) -> dict[str, list[BlockInfo]]:
         """Free GPU blocks by zone Id (every known zone is a key), from a snapshot at most
-        ``refresh_interval`` old."""
-        blocks = self._snapshot(deadline)
+        ``refresh_interval`` old, or from a read begun now (``fresh``)."""
+        blocks = self.refresh(deadline) if fresh else self._snapshot(deadline)
         out: dict[str, list[BlockInfo]] = {zone: [] for zone in self.discovery(deadline).zones}
         for block in blocks:
             if block.free:
@@ -196,7 +235,9 @@ class Inventory:
         return out
 
     def invalidate(self) -> None:
+        """Something changed (a compose or decompose): reads begun until now may predate it."""
         with self._lock:
+            self._changed = self._reads
             self._refreshed_at = -float("inf")
             self._blocks = None
 
@@ -210,7 +251,7 @@ class Inventory:
 
     def read_block(self, uri: str, operation: str = "read", deadline: float | None = None) -> BlockInfo:
         body, etag = self.http.get(uri, operation, deadline)
-        info = self._parse(body, etag, operation)
+        info = self._parse(body, etag, operation, deadline)
         if info is None:
             raise FabricError(operation, uri, "not a GPU ResourceBlock (no Processor with ProcessorType GPU)",
                               phase="read")

@@ -7,35 +7,36 @@ task monitor ``Location`` on another port. A link is therefore either relative (
 service URL) or absolute on exactly the origin of ``--fabric``; anything else is refused, with the link
 and the expected origin in the error, before a byte is sent to it.
 
-Checked here, in one place each: every absolute URL the transport is asked to request, every
-``Location`` header (redirects, task monitors, sessions), and every link in a JSON reply the client
-may follow (``@odata.id``, ``*@odata.nextLink``, action ``target``, ``TaskMonitor``). A reply is refused as a
-whole when one of its links leaves the origin: a service that names itself by another host name than the
-one it is reached by gets a message saying so, instead of half its links being rewritten. Pure functions.
+The check and the request read a link with one parser (``urls.py``), and the URL requested is built from
+what was checked: the ``--fabric`` URL's own scheme and authority, and the link's path and query. A link
+that parsers could read in more than one way (a backslash, userinfo, control characters, a host in
+percent-encoding or Unicode...) is refused outright, with the rule it broke in the error: checking it with
+one parser and sending it with another is how a check is bypassed.
+
+Checked here, in one place each: every URL the transport is asked to request, every ``Location`` header
+(redirects, task monitors, sessions), and every link in a JSON reply the client may follow (``@odata.id``,
+``*@odata.nextLink``, action ``target``, ``TaskMonitor``). A reply is refused as a whole when one of its
+links is refused: a service that names itself by another host name than the one it is reached by gets a
+message saying so, instead of half its links being rewritten. Refusals are logged, rate-limited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
+from webhook.adapters.redfish import urls
 from webhook.adapters.redfish.payloads import FabricError, short
+from webhook.adapters.redfish.urls import DEFAULT_PORTS
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
+log = logging.getLogger(__name__)
+
 LINK_KEYS = frozenset({"@odata.id", "target", "TaskMonitor"})  # and any key ending in @odata.nextLink
-
-
-class ForeignLink(FabricError):
-    """A link (or redirect) to another origin than the service's: refused, nothing is sent there."""
-
-    def __init__(self, link: str, origin: Origin, where: str) -> None:
-        self.link = link
-        self.origin = origin
-        super().__init__("follow", short(link, 120), f"named by {where}: refused, not on the service's origin "
-                         f"{origin} (only the --fabric URL's scheme, host and port are trusted with credentials)",
-                         phase="trust")
+TRUSTED = "only the --fabric URL's scheme, host and port are trusted with credentials"
 
 
 @dataclass(frozen=True)
@@ -49,32 +50,80 @@ class Origin:
         return f"{self.scheme}://{host}:{self.port}"
 
 
+class ForeignLink(FabricError):
+    """A link (or redirect) refused: on another origin than the service's, or written so that URL parsers
+    could disagree on its origin (``problem`` says how). Nothing is sent there."""
+
+    def __init__(self, link: str, origin: Origin, where: str, problem: str = "") -> None:
+        self.link = link
+        self.origin = origin
+        self.problem = problem
+        why = f"{problem}; the service's origin is {origin}" if problem else \
+            f"not on the service's origin {origin} ({TRUSTED})"
+        super().__init__("follow", short(urls.printable(link), 120), f"named by {where}: refused, {why}",
+                         phase="trust")
+
+
 def origin_of(url: str) -> Origin | None:
-    """The origin of an absolute http(s) URL; None for anything else (a relative link, a bad port)."""
+    """The origin of an absolute http(s) URL; None for anything else (a relative link, a bad port, a URL
+    that URL parsers could read in more than one way)."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
+        parts = urls.split(url)
+        if not parts.scheme or not parts.authority:
+            return None
+        origin = Origin(parts.scheme, parts.host, parts.port or DEFAULT_PORTS[parts.scheme])
+        urls.agree(url, origin.scheme, origin.host, origin.port)
+    except urls.Refused:
         return None
-    scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS or not parts.hostname:
-        return None
-    return Origin(scheme, parts.hostname.lower(), port if port is not None else DEFAULT_PORTS[scheme])
+    return origin
+
+
+@dataclass(frozen=True)
+class _Base:
+    prefix: str  # scheme://authority, as the --fabric URL writes them (checked)
+    path: str  # its path prefix, without a trailing slash
+
+
+@functools.lru_cache(maxsize=16)
+def _base(base_url: str) -> _Base:
+    parts = urls.split(base_url)
+    if not parts.scheme or not parts.authority:
+        raise urls.Refused("the service URL is not an absolute http(s) URL")
+    return _Base(f"{parts.scheme}://{parts.authority}", parts.path.split("?", 1)[0].rstrip("/"))
+
+
+def check(origin: Origin, link: str, where: str) -> urls.Link:
+    """``link`` taken apart, provided it is on ``origin``; else ForeignLink (naming the rule it broke)."""
+    try:
+        parts = urls.split(link)
+        if not parts.authority:
+            return parts
+        scheme = parts.scheme or origin.scheme  # a scheme-relative //host link keeps the service's
+        if Origin(scheme, parts.host, parts.port or DEFAULT_PORTS[scheme]) != origin:
+            raise ForeignLink(link, origin, where)
+        urls.agree(link if parts.scheme else f"{scheme}:{link}", origin.scheme, origin.host, origin.port)
+    except urls.Refused as exc:
+        raise ForeignLink(link, origin, where, str(exc)) from None
+    return parts
 
 
 def resolve(base_url: str, origin: Origin, link: str, where: str) -> str:
-    """The absolute URL of ``link`` (relative to ``base_url``), provided it is on ``origin``; else ForeignLink."""
-    if link.startswith("/") and not link.startswith("//"):
-        return base_url + link  # a path: the service URL's own path prefix, if any, is kept
-    url = urljoin(base_url + "/", link)
-    if origin_of(url) != origin:
-        raise ForeignLink(link, origin, where)
+    """The absolute URL to request for ``link`` (relative to ``base_url``), provided it is on ``origin``; else
+    ForeignLink. Built from ``base_url``'s own scheme and authority and the link's checked path and query."""
+    parts = check(origin, link, where)
+    base = _base(base_url)
+    if parts.authority:
+        path = parts.path if parts.path.startswith("/") else "/" + parts.path
+    elif parts.path.startswith("/"):
+        path = base.path + parts.path  # a path: the service URL's own path prefix, if any, is kept
+    else:
+        path = urls.merge(base.path + "/", parts.path)
+    url = base.prefix + path
+    try:  # true by construction; asked anyway, since a wrong answer here would send credentials away
+        urls.agree(url, origin.scheme, origin.host, origin.port)
+    except urls.Refused as exc:
+        raise ForeignLink(link, origin, where, str(exc)) from None
     return url
-
-
-def is_absolute(link: str) -> bool:
-    """A link that names its own origin (``scheme://`` or the scheme-relative ``//host``)."""
-    return "://" in link or link.startswith("//")
 
 
 def _links(body: Any) -> Iterator[str]:
@@ -93,9 +142,48 @@ def _links(body: Any) -> Iterator[str]:
             stack.extend(item for item in node if isinstance(item, (Mapping, list)))
 
 
-def foreign_link(body: Any, base_url: str, origin: Origin) -> str:
-    """The first link in ``body`` that leaves ``origin`` ("" when there is none)."""
+def foreign_link(body: Any, origin: Origin, where: str) -> ForeignLink | None:
+    """The refusal of the first link in ``body`` that is refused (None when there is none)."""
     for link in _links(body):
-        if is_absolute(link) and origin_of(urljoin(base_url + "/", link)) != origin:
-            return link
-    return ""
+        try:
+            check(origin, link, where)
+        except ForeignLink as refused:
+            return refused
+    return None
+
+
+class RefusalLog:
+    """One warning per refused link. A reply read again at every refresh names the same link again, and a
+    hostile service can name a new one in every reply, so a link already logged is not logged again and the
+    others share a budget (``BURST`` lines, then one per ``PERIOD`` seconds; what is held back is counted)."""
+
+    BURST = 5
+    PERIOD = 60.0
+    REMEMBERED = 256
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.tokens = float(self.BURST)
+        self.last = clock()
+        self.held_back = 0
+        self.logged: dict[tuple[str, str], None] = {}  # insertion-ordered: the oldest is forgotten first
+        self.lock = threading.Lock()
+
+    def note(self, refused: ForeignLink) -> None:
+        key = (refused.link, refused.problem)
+        with self.lock:
+            if key in self.logged:
+                return
+            now = self.clock()
+            self.tokens = min(float(self.BURST), self.tokens + (now - self.last) / self.PERIOD)
+            self.last = now
+            if self.tokens < 1:
+                self.held_back += 1
+                return
+            self.tokens -= 1
+            self.logged[key] = None
+            if len(self.logged) > self.REMEMBERED:
+                del self.logged[next(iter(self.logged))]
+            held_back, self.held_back = self.held_back, 0
+        more = f" ({held_back} more refused links not logged)" if held_back else ""
+        log.warning("%s; nothing was sent there%s", refused, more)

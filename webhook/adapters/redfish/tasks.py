@@ -41,11 +41,11 @@ def check_deadline(clock: Callable[[], float], deadline: float, goal: Goal, reso
 
 
 def monitor_of(http: HttpTransport, resp: requests.Response) -> str:
-    """Location (its origin checked by the transport), else the body's TaskMonitor or @odata.id (services
-    that omit the header), which must be on the service's origin too: the monitor is polled with our token."""
+    """Location, else the body's TaskMonitor or @odata.id (services that omit the header), taken apart by the
+    transport's one parser and on the service's origin: the monitor is polled with our token."""
     location = resp.headers.get("Location")
     if location:
-        return wire.path_of(location)
+        return http.link(location, "the Location of the task reply")
     body = json_of(resp)
     named = body.get("TaskMonitor") if isinstance(body, dict) else None
     if not isinstance(named, str):
