@@ -1,11 +1,14 @@
 """The kustomize base: every listed file exists and every manifest is listed; every object validates
 against the Kubernetes 1.34 schemas (CRDs included) and our custom resources against their CRDs; the
 scheduler configuration is the one webhook/service/deploy.py renders and agrees with serve (verbs, port,
-TLS names, timeouts, scheduler name); the webhook configuration's CEL is valid and selects the right pods."""
+TLS names, timeouts, scheduler name); the webhook configuration's CEL is valid and selects the right pods;
+the ValidatingAdmissionPolicies that narrow the webhook's writes (a pod's segment label, its CapacityReturned
+condition, a node's domain label) match only its service account and refuse everything else."""
 
 from __future__ import annotations
 
 import base64
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import yaml
 
 from certs import cli as certs_cli
 from certs import issue
-from webhook.domain import keys
+from webhook.domain import keys, requeue
 from webhook.domain.policy import Policy
 from webhook.service import deploy, settings
 from webhook.wire import fabric_attachment as attachments
@@ -191,27 +194,69 @@ def test_the_agent_policy_expressions_compile() -> None:
         env.compile(item["expression"])
 
 
-def _webhook_policy_verdicts(old: dict[str, Any], new: dict[str, Any]) -> list[bool]:
-    policy = _one("ValidatingAdmissionPolicy", "imex-webhook-segment-label-only")
+SEGMENT_POLICY = "imex-webhook-segment-label-only"
+CONDITION_POLICY = "imex-webhook-capacity-condition-only"
+DOMAIN_POLICY = "imex-webhook-domain-label-only"
+WEBHOOK_POLICIES = (SEGMENT_POLICY, CONDITION_POLICY, DOMAIN_POLICY)
+
+
+def _webhook_policy_verdicts(old: dict[str, Any], new: dict[str, Any], name: str = SEGMENT_POLICY) -> list[bool]:
+    policy = _one("ValidatingAdmissionPolicy", name)
     env = celpy.Environment()
     activation: dict[str, Any] = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old)}
-    variables = {}
-    for item in policy["spec"]["variables"]:
-        variables[item["name"]] = env.program(env.compile(item["expression"])).evaluate(activation)
-    activation["variables"] = celpy.celtypes.MapType(
-        {celpy.celtypes.StringType(k): v for k, v in variables.items()})
+    variables = celpy.celtypes.MapType()
+    activation["variables"] = variables
+    for item in policy["spec"]["variables"]:  # in order: a variable may use the ones before it
+        variables[celpy.celtypes.StringType(item["name"])] = env.program(
+            env.compile(item["expression"])).evaluate(activation)
     return [bool(env.program(env.compile(v["expression"])).evaluate(activation))
             for v in policy["spec"]["validations"]]
 
 
-def test_the_webhook_policy_binds_the_service_account_the_webhook_runs_as() -> None:
-    policy = _one("ValidatingAdmissionPolicy", "imex-webhook-segment-label-only")
+@pytest.mark.parametrize("name", WEBHOOK_POLICIES)
+def test_each_webhook_policy_matches_exactly_the_service_account_the_webhook_runs_as(name: str) -> None:
+    policy = _one("ValidatingAdmissionPolicy", name)
     (condition,) = policy["spec"]["matchConditions"]
     account = _one("Deployment", deploy.SERVICE_NAME)["spec"]["template"]["spec"]["serviceAccountName"]
-    assert f"'system:serviceaccount:{deploy.NAMESPACE}:{account}'" in condition["expression"]
-    binding = _one("ValidatingAdmissionPolicyBinding", "imex-webhook-segment-label-only")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    # Equality with the one user name: kubelets, the scheduler and controllers are never evaluated.
+    assert condition["expression"] == (
+        f"request.userInfo.username == 'system:serviceaccount:{deploy.NAMESPACE}:{account}'")
+    for user, matched in ((f"system:serviceaccount:{deploy.NAMESPACE}:{account}", True),
+                          ("system:node:gb200-a-00", False), ("system:kube-scheduler", False),
+                          (f"system:serviceaccount:{deploy.NAMESPACE}:imex-agent", False),
+                          ("system:serviceaccount:kube-system:generic-garbage-collector", False)):
+        assert bool(_cel(condition["expression"], request={"userInfo": {"username": user}})) is matched, user
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    binding = _one("ValidatingAdmissionPolicyBinding", name)
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+
+
+def test_every_core_object_the_webhook_may_patch_is_narrowed_by_one_of_its_policies() -> None:
+    """RBAC grants a verb on a resource, never a field: each update/patch the ClusterRole grants on pods,
+    their subresources or nodes must meet a policy that matches that exact resource (a rule for ``pods``
+    does not match ``pods/status``)."""
+    role = _one("ClusterRole", deploy.SERVICE_NAME)
+    granted = {res for rule in role["rules"] if "" in rule["apiGroups"] and {"update", "patch"} & set(rule["verbs"])
+               for res in rule["resources"] if res != "events"}
+    assert granted == {"nodes", "pods", "pods/status"}
+    narrowed: dict[str, str] = {}
+    for name in WEBHOOK_POLICIES:
+        for rule in _one("ValidatingAdmissionPolicy", name)["spec"]["matchConstraints"]["resourceRules"]:
+            assert rule["apiGroups"] == [""] and rule["operations"] == ["UPDATE"]
+            narrowed.update({res: name for res in rule["resources"]})
+    assert narrowed == {"pods": SEGMENT_POLICY, "pods/status": CONDITION_POLICY, "nodes": DOMAIN_POLICY}
+    # No other write on those objects: binding is the extender's job, and nothing deletes or creates them.
+    writes = {(res, verb) for rule in role["rules"] if "" in rule["apiGroups"] for res in rule["resources"]
+              for verb in rule["verbs"] if verb not in ("get", "list", "watch") and res != "events"}
+    assert writes == {("nodes", "patch"), ("pods", "patch"), ("pods/status", "patch"), ("pods/binding", "create")}
+
+
+@pytest.mark.parametrize("name", WEBHOOK_POLICIES)
+def test_the_webhook_policy_expressions_compile(name: str) -> None:
+    policy = _one("ValidatingAdmissionPolicy", name)
+    env = celpy.Environment()
+    for item in [*policy["spec"]["matchConditions"], *policy["spec"]["variables"], *policy["spec"]["validations"]]:
+        env.compile(item["expression"])
 
 
 _LABELS = {"app": "train", keys.GROUP_LABEL: "train"}
@@ -247,6 +292,114 @@ def test_the_webhook_policy_accepts_a_pod_that_had_no_labels() -> None:
     bare = _pod()
     assert all(_webhook_policy_verdicts(bare, _pod({keys.SEGMENT_LABEL: "0"})))
     assert not all(_webhook_policy_verdicts(bare, _pod({"app": "x"})))
+
+
+def _changed(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``obj`` with the field at dotted ``path`` set to ``value`` (``None``: removed)."""
+    out = copy.deepcopy(obj)
+    *parents, last = path.split(".")
+    here = out
+    for key in parents:
+        here = here.setdefault(key, {})
+    if value is None:
+        here.pop(last, None)
+    else:
+        here[last] = value
+    return out
+
+
+def test_the_segment_policy_keeps_the_rest_of_a_pods_metadata() -> None:
+    managed = _changed(_changed(_POD, "metadata.managedFields", [{"manager": "imex-webhook"}]),
+                       "metadata.labels", {**_LABELS, keys.SEGMENT_LABEL: "0"})
+    assert all(_webhook_policy_verdicts(_POD, managed))
+    assert not all(_webhook_policy_verdicts(_POD, _changed(_POD, "metadata.finalizers", ["example.com/hold"])))
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "gone", "uid": "0000"}]
+    assert not all(_webhook_policy_verdicts(_POD, _changed(_POD, "metadata.ownerReferences", owner)))
+
+
+_OURS = {"type": requeue.CONDITION, "status": "True", "reason": requeue.REASON, "message": "a",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}
+_SCHEDULED = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+_READY = {"type": "Ready", "status": "True"}
+_STATUS_POD: dict[str, Any] = {
+    "metadata": {"name": "w-0", "namespace": "ml", "uid": "u", "resourceVersion": "7",
+                 "labels": dict(_LABELS), "annotations": {"a": "b"},
+                 "managedFields": [{"manager": "kube-scheduler"}]},
+    "spec": {"containers": [{"name": "c", "image": "i"}]},
+    "status": {"phase": "Running", "conditions": [_SCHEDULED, _READY], "podIP": "10.0.0.1"},
+}
+
+
+@pytest.mark.parametrize(("new", "allowed"), [
+    (_changed(_STATUS_POD, "status.conditions", [_SCHEDULED, _READY, _OURS]), True),
+    (_changed(_STATUS_POD, "metadata.managedFields", [{"manager": "kube-scheduler"}, {"manager": "imex-webhook"}]),
+     True),
+    (_changed(_STATUS_POD, "status.conditions", [_SCHEDULED, {**_READY, "status": "False"}]), False),
+    (_changed(_STATUS_POD, "status.conditions", [_SCHEDULED]), False),
+    (_changed(_STATUS_POD, "status.conditions", [_READY, _SCHEDULED]), False),
+    (_changed(_STATUS_POD, "status.conditions", [_SCHEDULED, _READY, {**_OURS, "type": "Other"}]), False),
+    (_changed(_STATUS_POD, "status.phase", "Failed"), False),
+    (_changed(_STATUS_POD, "status.phase", None), False),
+    (_changed(_STATUS_POD, "status.podIP", "10.0.0.2"), False),
+    (_changed(_STATUS_POD, "status.message", "evicted"), False),
+    (_changed(_STATUS_POD, "metadata.labels", {"app": "other"}), False),
+    (_changed(_STATUS_POD, "metadata.annotations", {"a": "c"}), False),
+    (_changed(_STATUS_POD, "metadata.finalizers", ["example.com/hold"]), False),
+    (_changed(_STATUS_POD, "spec.nodeName", "gb200-a-00"), False),
+], ids=["adds-its-condition", "only-managed-fields", "ready-false", "drops-a-condition", "reorders-conditions",
+        "adds-another-condition", "phase-failed", "drops-the-phase", "changes-the-pod-ip", "adds-a-message",
+        "changes-a-label", "changes-an-annotation", "adds-a-finalizer", "changes-the-spec"])
+def test_through_pods_status_the_webhook_may_change_only_its_own_condition(new: dict[str, Any],
+                                                                          allowed: bool) -> None:
+    assert all(_webhook_policy_verdicts(_STATUS_POD, new, CONDITION_POLICY)) is allowed
+
+
+def test_the_webhook_may_change_and_remove_its_own_condition() -> None:
+    with_ours = _changed(_STATUS_POD, "status.conditions", [_SCHEDULED, _READY, _OURS])
+    changed = _changed(with_ours, "status.conditions", [_SCHEDULED, _READY, {**_OURS, "message": "b"}])
+    assert all(_webhook_policy_verdicts(with_ours, changed, CONDITION_POLICY))
+    assert all(_webhook_policy_verdicts(with_ours, _STATUS_POD, CONDITION_POLICY))
+    no_status = _changed(_STATUS_POD, "status", None)
+    assert all(_webhook_policy_verdicts(no_status, _changed(no_status, "status.conditions", [_OURS]),
+                                        CONDITION_POLICY))
+
+
+_NODE: dict[str, Any] = {
+    "metadata": {"name": "gb200-a-00", "resourceVersion": "9", "managedFields": [{"manager": "kubelet"}],
+                 "labels": {keys.CLIQUE_LABEL: "uuid.1", "kubernetes.io/os": "linux"},
+                 "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+    "spec": {"podCIDR": "10.0.1.0/24"},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+}
+_NODE_LABELS = _NODE["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(("new", "allowed"), [
+    (_changed(_NODE, "metadata.labels", {**_NODE_LABELS, keys.DOMAIN_LABEL: "uuid.1"}), True),
+    (_changed(_changed(_NODE, "metadata.labels", {**_NODE_LABELS, keys.DOMAIN_LABEL: "uuid.1"}),
+              "metadata.managedFields", [{"manager": "kubelet"}, {"manager": "imex-webhook"}]), True),
+    (_changed(_NODE, "metadata.labels", {**_NODE_LABELS, keys.CLIQUE_LABEL: "uuid.2"}), False),
+    (_changed(_NODE, "metadata.labels", {keys.CLIQUE_LABEL: "uuid.1"}), False),
+    (_changed(_NODE, "metadata.labels", None), False),
+    (_changed(_NODE, "metadata.annotations", {}), False),
+    (_changed(_NODE, "metadata.finalizers", ["example.com/hold"]), False),
+    (_changed(_NODE, "spec.unschedulable", True), False),
+    (_changed(_NODE, "spec.taints", [{"key": "example.com/evict", "effect": "NoExecute"}]), False),
+    (_changed(_NODE, "spec", None), False),
+], ids=["adds-the-domain", "with-managed-fields", "changes-the-clique", "drops-a-label", "drops-every-label",
+        "drops-an-annotation", "adds-a-finalizer", "cordons", "taints", "drops-the-spec"])
+def test_the_webhook_may_change_only_the_domain_label_of_a_node(new: dict[str, Any], allowed: bool) -> None:
+    assert all(_webhook_policy_verdicts(_NODE, new, DOMAIN_POLICY)) is allowed
+
+
+def test_the_webhook_may_change_and_remove_the_domain_label_of_a_node() -> None:
+    labelled = _changed(_NODE, "metadata.labels", {**_NODE_LABELS, keys.DOMAIN_LABEL: "uuid.1"})
+    moved = _changed(_NODE, "metadata.labels", {**_NODE_LABELS, keys.DOMAIN_LABEL: "uuid.2"})
+    assert all(_webhook_policy_verdicts(labelled, moved, DOMAIN_POLICY))
+    assert all(_webhook_policy_verdicts(labelled, _NODE, DOMAIN_POLICY))
+    bare = _changed(_changed(_NODE, "metadata.labels", None), "metadata.annotations", None)
+    assert all(_webhook_policy_verdicts(bare, _changed(bare, "metadata.labels", {keys.DOMAIN_LABEL: "z"}),
+                                        DOMAIN_POLICY))
 
 
 def test_workloads_run_as_non_root_with_read_only_roots_and_no_capabilities() -> None:
