@@ -99,3 +99,27 @@ def serve(tmp: Path, *args: str, ready_timeout: float = 30.0, ca: Path | None = 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A serving CA in ``ca.parent`` (a --tls-dir) and the scheduler's client certificate and key from it."""
+
+    ca: Path
+    scheduler: tuple[Path, Path]
+
+
+def scheduler_pki(directory: Path) -> Pki:
+    from certs import files, issue
+    from webhook.service import deploy
+
+    names = ["localhost", *issue.service_dns_names(deploy.SERVICE_NAME, deploy.NAMESPACE)]
+    made = files.ensure_tls_dir(directory / "tls", names, ["127.0.0.1", "::1"])
+    return Pki(made.paths.ca_cert, files.issue_client(directory / "tls"))
+
+
+@contextlib.contextmanager
+def serve_with_client_ca(pki: Pki, *args: str) -> Iterator[Served]:
+    """``serve`` on ``pki``'s --tls-dir with ``--client-ca``, as in a cluster."""
+    with serve(pki.ca.parent.parent, "--client-ca", str(pki.ca), *args) as served:
+        yield served

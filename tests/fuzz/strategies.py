@@ -170,6 +170,8 @@ POD_FIELDS: list[Path] = [
     ("metadata", "labels", keys.GROUP_LABEL), ("metadata", "annotations"),
     ("metadata", "annotations", keys.GROUP_ANNOTATION), ("metadata", "annotations", keys.GROUP_SIZE_ANNOTATION),
     ("metadata", "annotations", keys.GROUP_ID_ANNOTATION), ("metadata", "annotations", "other"),
+    ("metadata", "annotations", keys.EXCLUSIVE_ANNOTATION), ("metadata", "annotations", keys.SEGMENT_SIZE_ANNOTATION),
+    ("metadata", "annotations", keys.SPARE_NODES_ANNOTATION),
     ("metadata", "ownerReferences"), ("metadata", "ownerReferences", 0, "name"),
     ("metadata", "ownerReferences", 0, "kind"), ("metadata", "deletionTimestamp"),
     ("spec", "containers", 0, "resources", "limits", keys.GPU_RESOURCE),
@@ -307,6 +309,6 @@ def other_routes() -> st.SearchStrategy[Request]:
     """Every route with the wrong method, the GET routes with junk, paths nobody serves."""
     paths = st.one_of(st.sampled_from(POSTS + GETS),
                       st.sampled_from(["/", "/filter/", "//filter", "/nope", "/metrics/x", "/%ff", "/\u00e9",
-                                       "/inspect?x=" + "y" * 5000, "/healthz?%zz"]))
+                                       "/inspect?x=" + "y" * 5000, "/healthz?%zz", "/static/x"]))
     return request(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]), paths,
                      st.one_of(st.none(), st.binary(max_size=100)))

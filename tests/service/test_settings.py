@@ -52,6 +52,7 @@ TTL_10 = ("--reservation-ttl 10: reservation TTL 10s is shorter than 360s: pods 
 LONG_PORT = "127.0.0.1:" + "9" * 40
 FULLWIDTH = "127.0.0.1:\uff18\uff14\uff14\uff13"
 
+RESERVED_CAP = "expected a number of GPUs (0 to 999999999) or a percentage (0% to 100%)"
 REFUSED = [
     # TLS files
     (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
@@ -138,6 +139,9 @@ REFUSED = [
     (["--channel-device-class", "Channels!"], f"--channel-device-class 'Channels!': {SUBDOMAIN}"),
     (["--block-label", "bad key!"], f"--block-label 'bad key!': {LABEL_KEY}"),
     ([a for i in range(9) for a in ("--block-label", f"l{i}")], "--block-label given 9 times: at most 8 levels"),
+    # What a namespace may hold for pods not created yet
+    *((["--max-reserved-gpus-per-namespace", value], f"--max-reserved-gpus-per-namespace {value!r}: {RESERVED_CAP}")
+      for value in ("", "-1", "101%", "1.5", "50 %", "1e9", "\u0663", "9" * 10, "%", "half")),
 ]
 
 
@@ -258,6 +262,15 @@ def test_a_value_argparse_cannot_read_is_a_usage_error_with_status_2(capsys: pyt
 def test_block_labels_reach_the_policy_lowest_level_first() -> None:
     got = _from(["--block-label", "network.example.com/block", "--block-label", "network.example.com/spine"])
     assert got.policy.block_labels == ("network.example.com/block", "network.example.com/spine")
+
+
+@pytest.mark.parametrize(("value", "gpus", "share"), [
+    (None, None, 0.5), ("0", 0, 0.5), ("64", 64, 0.5), ("999999999", 999_999_999, 0.5), ("0%", None, 0.0),
+    ("25%", None, 0.25), ("100%", None, 1.0),
+])
+def test_the_reserved_gpus_bound_is_a_number_or_a_share(value: str | None, gpus: int | None, share: float) -> None:
+    got = _from(["--max-reserved-gpus-per-namespace", value] if value is not None else []).policy
+    assert (got.max_reserved_gpus, got.max_reserved_share) == (gpus, share)
 
 
 def test_packing_plain_gpu_pods_is_off_unless_asked_for() -> None:

@@ -57,7 +57,7 @@ def _json_error(status: int, message: str) -> Response:
 
 
 def create_app(agent: Agent) -> Flask:
-    app = Flask("imex-webhook-agent")
+    app = Flask("imex-webhook-agent", static_folder=None)  # no /static route: every answer is JSON
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

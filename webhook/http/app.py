@@ -29,7 +29,9 @@ def always_ready() -> tuple[bool, str]:
 def create_app(engine: Engine, backend: Backend, metrics: Metrics | None = None, max_body: int = DEFAULT_MAX_BODY,
                tls_ready: Callable[[], tuple[bool, str]] = always_ready) -> Flask:
     """``metrics``: the registry the service's other parts already report to (a new one if None)."""
-    app = Flask("imex_webhook")
+    # No static route: Flask's own (/static/<path>, made before the config below) would serve the files of
+    # $PWD/static and answer OPTIONS with an empty HTML 200; the map page carries everything it needs.
+    app = Flask("imex_webhook", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = max_body
     # OPTIONS would answer an empty HTML-typed 200 on every route; no peer of ours sends it.
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False

@@ -31,6 +31,8 @@ class Services:
     tls_ready: Check
     # More /readyz checks registered after start-up (the fabric inventory, when a fabric is configured).
     checks: dict[str, Check] = field(default_factory=dict)
+    # /healthz checks: what would make a restart the right answer (the server's stalled service port).
+    liveness: dict[str, Check] = field(default_factory=dict)
 
 
 def services() -> Services:
@@ -116,8 +118,9 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
 _malloc_trim = getattr(_libc, "malloc_trim", None)  # glibc only; elsewhere nothing to do
 
 
-def release_memory(body_size: int | None) -> None:
-    if _malloc_trim is not None and body_size is not None and body_size >= TRIM_FROM:
+def release_memory(size: int | None) -> None:
+    """After a request or a response of ``size`` bytes: give the memory it freed back to the system."""
+    if _malloc_trim is not None and size is not None and size >= TRIM_FROM:
         _malloc_trim(0)
 
 

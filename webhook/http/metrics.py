@@ -54,7 +54,8 @@ class _StateCollector(Collector):
 
 # Why the server drops a connection (webhook.service.closing, webhook.service.conn_limits).
 CONNECTION_DROP_REASONS = ("handshake-timeout", "header-timeout", "body-timeout", "write-timeout", "pipelined",
-                           "evicted-idle", "evicted-idle-source", "refused-full", "refused-source-full")
+                           "evicted-idle", "evicted-idle-source", "refused-full", "refused-source-full",
+                           "refused-caller")
 
 
 class Metrics:

@@ -14,7 +14,12 @@ blueprint = Blueprint("ops", __name__)
 
 @blueprint.get("/healthz")
 def healthz() -> Response:
-    return json_response({"status": "ok"})
+    checks = {name: check() for name, check in services().liveness.items()}
+    if all(live for live, _ in checks.values()):
+        return json_response({"status": "ok"})
+    body = {"status": "stalled", "checks": {name: {"ok": live, "detail": clip(detail, 512)}
+                                            for name, (live, detail) in checks.items()}}
+    return json_response(body, 503)
 
 
 @blueprint.get("/readyz")

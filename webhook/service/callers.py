@@ -49,26 +49,41 @@ class Identity:
     """What a verified client certificate says about its holder."""
 
     common_name: str
-    subjects: frozenset[str]  # the CN and every DNS and URI SAN
+    subjects: frozenset[str]  # the one CN, every DNS SAN and every URI SAN that is an absolute URI
     client_auth: bool  # clientAuth is named in its extended key usage
+    problem: str = ""  # why it is no client certificate at all, whatever its names (a CA, two CNs)
 
 
 @dataclass(frozen=True, slots=True)
 class Allowed:
     extender: frozenset[str] = frozenset({SCHEDULER_SUBJECT})
     inspect: frozenset[str] = frozenset({OPERATOR_SUBJECT})
+    # Loopback peers count as operators (kubectl port-forward); off behind a mesh sidecar, where every
+    # caller arrives from loopback (--no-loopback-operators).
+    loopback_operators: bool = True
 
 
 @lru_cache(maxsize=256)
 def identity_of(der: bytes) -> Identity:
-    """Parsed once per certificate: every request of a kept-alive connection presents the same one."""
+    """Parsed once per certificate: every request of a kept-alive connection presents the same one.
+
+    Only names that identify one holder count: a subject with two CNs names none of them (which one a
+    reader takes differs between libraries), and a URI SAN counts only as an absolute URI (a SPIFFE ID,
+    say), so that a bare ``imex-scheduler`` in a URI SAN is not read as the scheduler's name. A CA
+    certificate is never a client, whatever it names."""
     cert = x509.load_der_x509_certificate(der)
     names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-    subjects = set(names)
+    subjects = set(names) if len(names) == 1 else set()
+    problem = f"its subject has {len(names)} CNs" if len(names) > 1 else ""
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         subjects.update(san.get_values_for_type(x509.DNSName))
-        subjects.update(san.get_values_for_type(x509.UniformResourceIdentifier))
+        subjects.update(u for u in san.get_values_for_type(x509.UniformResourceIdentifier) if _absolute_uri(u))
+    except x509.ExtensionNotFound:
+        pass
+    try:
+        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+            problem = "it is a CA certificate (basic constraints CA:TRUE)"
     except x509.ExtensionNotFound:
         pass
     try:
@@ -76,12 +91,23 @@ def identity_of(der: bytes) -> Identity:
         client_auth = ExtendedKeyUsageOID.CLIENT_AUTH in usages
     except x509.ExtensionNotFound:
         client_auth = False  # valid for anything to OpenSSL; not a client certificate to us
-    return Identity(names[0] if names else "", frozenset(subjects), client_auth)
+    return Identity(names[0] if len(names) == 1 else "", frozenset(subjects), client_auth, problem)
+
+
+def _absolute_uri(text: str) -> bool:
+    scheme, sep, rest = text.partition(":")
+    return bool(sep and rest and scheme[:1].isalpha() and scheme.isascii()
+                and all(c.isalnum() or c in "+-." for c in scheme))
 
 
 def verified_client(environ: dict[str, Any]) -> Identity | None:
     """The client certificate the handshake verified; ``None`` without one."""
-    sock = environ.get("gunicorn.socket")
+    return peer_identity(environ.get("gunicorn.socket"))
+
+
+def peer_identity(sock: object) -> Identity | None:
+    """The verified client certificate of a TLS connection (the worker's poller asks before it reads a
+    body, the WSGI middleware per request); ``None`` without one."""
     if not isinstance(sock, ssl.SSLSocket):
         return None
     try:
@@ -93,24 +119,32 @@ def verified_client(environ: dict[str, Any]) -> Identity | None:
     try:
         return identity_of(der)
     except ValueError:  # OpenSSL verified it, so this would be a certificate cryptography cannot read
-        return Identity("", frozenset(), False)
+        return Identity("", frozenset(), False, "it cannot be read")
 
 
-def refusal(path: str, client: Identity | None, allowed: Allowed, environ: dict[str, Any]) -> str | None:
-    """Why ``client`` may not call ``path``; None when it may."""
+def needs_certificate(path: str) -> bool:
+    """Whether ``path`` (as the router sees it) answers only some callers (by certificate or address)."""
+    return path in EXTENDER_PATHS or path in INSPECT_PATHS
+
+
+def refusal(path: str, client: Identity | None, allowed: Allowed, remote_addr: str | None) -> str | None:
+    """Why ``client``, connected from ``remote_addr``, may not call ``path``; None when it may."""
     if path in EXTENDER_PATHS:
         wanted, flag, what = allowed.extender, "--client-subject", "the extender verbs"
     elif path in INSPECT_PATHS:
-        if is_loopback(environ.get("REMOTE_ADDR")):
+        if allowed.loopback_operators and is_loopback(remote_addr):
             return None
         wanted, flag, what = allowed.inspect, "--inspect-subject", "/inspect and /ui"
     else:
         return None
     names = ", ".join(sorted(wanted))
-    other = " or a connection through kubectl port-forward" if path in INSPECT_PATHS else ""
+    other = (" or a connection through kubectl port-forward"
+             if path in INSPECT_PATHS and allowed.loopback_operators else "")
     if client is None:
         return (f"{what} need a client certificate signed by the client CA (--client-ca) for one of: {names} "
                 f"({flag}){other}; none was presented")
+    if client.problem:
+        return f"the client certificate is not one a client may present: {client.problem}"
     if not client.client_auth:
         return (f"the client certificate CN={client.common_name!r} does not name clientAuth in its extended key "
                 f"usage; {what} need a client certificate")
@@ -131,7 +165,7 @@ def require_client_certificate(app: WsgiApp, allowed: Allowed | None = None,
         if client is not None:
             environ[PEER_KEY] = client.common_name
         path = normalized(environ.get("PATH_INFO", ""))
-        why = refusal(path, client, rules, environ)
+        why = refusal(path, client, rules, environ.get("REMOTE_ADDR"))
         if why is None:
             return app(environ, start_response)
         body = orjson.dumps({"error": why, "status": 403})

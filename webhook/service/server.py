@@ -215,6 +215,11 @@ class _Server(BaseApplication):  # type: ignore[misc]
             handshake=limits.handshake_timeout, header=limits.header_timeout, body=limits.body_timeout,
             keepalive=KEEPALIVE, write=limits.write_timeout, max_head=MAX_HEAD, max_body=limits.max_body,
             buffered=limits.buffered)
+        self.stall_timeout = limits.stall_timeout
+        # Who may call what (webhook.service.callers): the worker refuses others before reading a body.
+        tls = settings.tls
+        self.callers = (callers.Allowed(frozenset(tls.client_subjects), frozenset(tls.inspect_subjects),
+                                        tls.loopback_operators) if tls.client_ca is not None else None)
         connections = _worker_connections(limits.max_connections)
         # (cap, per source) of the service port and of the probe port (webhook.service.conn_limits)
         self.pools = ((connections, min(limits.max_connections_per_source, connections)),
@@ -307,11 +312,9 @@ class _Server(BaseApplication):  # type: ignore[misc]
         except (ImexWebhookError, OSError, ValueError, RuntimeError) as exc:
             # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.
             raise AppImportError(f"imex-webhook serve: cannot start: {preflight.one_line(str(exc))}") from exc
-        if self.settings.tls.client_ca is not None:
-            allowed = callers.Allowed(frozenset(self.settings.tls.client_subjects),
-                                      frozenset(self.settings.tls.inspect_subjects))
+        if self.callers is not None:
             app.wsgi_app = callers.require_client_certificate(  # type: ignore[method-assign,assignment]
-                app.wsgi_app, allowed, refused=app.extensions["imex"].metrics.count)
+                app.wsgi_app, self.callers, refused=app.extensions["imex"].metrics.count)
         return app
 
 

@@ -122,9 +122,13 @@ class ThreadSide:
             if not self.alive or not self.cfg.keepalive:
                 resp.force_close()
             respiter = self.wsgi(environ, resp.start_response)
+            # A HEAD answer has no body, but the layers that answer ahead of Flask (the caller check's 403)
+            # write the GET one: gunicorn drops it with a WARNING line per request, a flood any client
+            # could cause. Dropped here, quietly; the head still says what GET would (JSON, its length).
+            no_body = req.method == "HEAD"
             try:
                 for item in respiter:
-                    resp.write(item)
+                    resp.write(b"" if no_body else item)
                 resp.close()
             finally:
                 self.log.access(resp, req, environ, datetime.now() - start)  # type: ignore[attr-defined]

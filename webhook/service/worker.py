@@ -34,11 +34,14 @@ from gunicorn import util
 from gunicorn.workers import gthread
 
 from webhook.domain.limits import body_limit
-from webhook.service import framing
+from webhook.http.common import release_memory
+from webhook.service import callers, framing
 from webhook.service.closing import READS_PER_TURN, RECV_SIZE, STOP_LINGER, Closing, send_quietly
 from webhook.service.conn_limits import Drops, Pool
 from webhook.service.conns import BODY, CLOSING, HANDSHAKE, HEAD, IDLE, SERVING, WRITING, Conn, Limits
+from webhook.service.stalls import Stalls
 from webhook.service.thread_side import ThreadSide
+from webhook.wire.text import clip
 
 __all__ = ["Limits", "Worker"]
 
@@ -67,7 +70,17 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
         self.probe_fd = app.probe_listener.fileno() if app.probe_listener is not None else -1
         self.probe_tpool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
         self.drops = Drops(self._count_drop)
+        self.callers: callers.Allowed | None = app.callers
+        self.stalls = Stalls(app.stall_timeout)
         super().init_process()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        # The probe port's /healthz fails when the service port stops answering (every thread held, or
+        # requests queued for one): otherwise the kubelet would keep a replica that serves no one.
+        imex = getattr(self.wsgi, "extensions", {}).get("imex")
+        if imex is not None:
+            imex.liveness["service-port"] = self.stalls.check
 
     def _count_drop(self, reason: str) -> None:
         metrics = self._metrics()
@@ -121,6 +134,7 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
 
     def finish_request(self, conn: Conn, fs: Any) -> None:
         """On the poller after a thread served a request: write its response out."""
+        self.stalls.end(conn)
         try:
             keep = bool(fs.result()) if not fs.cancelled() else False
         except Exception:
@@ -144,7 +158,7 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
 
     def _responded(self, conn: Conn) -> None:
         """The whole response reached the socket: read the next request, or close."""
-        conn.output.reset()
+        release_memory(conn.output.reset())  # a large reply's memory goes back, as a large request's does
         if not conn.keep or conn.sock.fileno() < 0:
             self._close(conn, graceful=True)
             return
@@ -162,8 +176,13 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
         self._read(conn)
 
     def _dispatch(self, conn: Conn, end: int) -> None:
-        conn.ready = bytes(conn.buf[:end])
+        if conn.chunked is not None and conn.head is not None:
+            conn.ready = framing.unchunked(bytes(conn.buf[:conn.head.end]), conn.chunked.data)
+        else:
+            conn.ready = bytes(conn.buf[:end])
         conn.received = conn.ready[:4096]
+        if not conn.probe:
+            self.stalls.begin(conn, conn.head.path if conn.head is not None else "")
         conn.served += 1
         del conn.buf[:end]
         self.buffered -= end
@@ -272,6 +291,7 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
             conn.head = head
             conn.phase, conn.deadline = BODY, time.monotonic() + limits.body
             self._track(conn)
+            self._check_caller(conn, head)
             if head.chunked:
                 conn.chunked = framing.ChunkedBody(head.end, body_limit(head.path, limits.max_body))
             if head.expect_continue and len(conn.buf) == head.end:
@@ -280,6 +300,17 @@ class Worker(Closing, ThreadSide, gthread.ThreadWorker):  # type: ignore[misc]
             return conn.chunked.end(conn.buf)
         end = framing.content_end(conn.head, body_limit(conn.head.path, limits.max_body))
         return end if len(conn.buf) >= end else None
+
+    def _check_caller(self, conn: Conn, head: framing.Head) -> None:
+        """Refuse a caller the path does not answer as soon as its head is read: its body is never read, so
+        a stranger costs the server no more than the refusal (the app checks again, for servers without a
+        poller). The refusal closes the connection; what the client still sends is discarded unread."""
+        if conn.probe or self.callers is None or not callers.needs_certificate(head.path):
+            return
+        why = callers.refusal(head.path, callers.peer_identity(conn.sock), self.callers, conn.source)
+        if why is not None:
+            self.drops.drop("refused-caller", conn.client, clip(f"{head.path}: {why}", 240))
+            raise framing.FramingError(403, why)
 
     def _resume(self) -> None:
         while self.paused and self.buffered < self.limits.buffered:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any
 
 from webhook.domain.fabric_plan import Timeouts
 from webhook.domain.policy import MIN_TTL, Policy
 from webhook.errors import SettingsError
 from webhook.service.settings.groups import (
+    DEFAULT_STALL_TIMEOUT,
     WORKER_TIMEOUT,
     ClusterSettings,
     FabricSettings,
@@ -107,6 +109,12 @@ def _seconds(ns: argparse.Namespace) -> None:
     if not 0 < ns.bind_budget < WORKER_TIMEOUT:
         raise SettingsError(f"--bind-budget {ns.bind_budget:g}: expected seconds in (0, {WORKER_TIMEOUT}), under "
                             "the worker timeout (and the extender's httpTimeout)")
+    if ns.stall_timeout is None:
+        ns.stall_timeout = max(DEFAULT_STALL_TIMEOUT, 2 * ns.bind_budget)
+    if not ns.bind_budget < ns.stall_timeout <= MAX_SECONDS:
+        raise SettingsError(f"--stall-timeout {ns.stall_timeout:g}: expected seconds above --bind-budget "
+                            f"({ns.bind_budget:g}), the longest a request legitimately takes, and at most "
+                            f"{MAX_SECONDS:g}")
     if not ns.reservation_ttl <= MAX_SECONDS:  # below MIN_TTL: Policy.ttl_problems says why
         raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: expected seconds in [{MIN_TTL:g}, "
                             f"{MAX_SECONDS:g}]")
@@ -169,6 +177,18 @@ def _check(ns: argparse.Namespace) -> None:
         raise SettingsError(f"--fabric-max-response {ns.fabric_max_response}: expected bytes in [65536, 1 GiB]")
 
 
+def _reserved_cap(raw: str) -> dict[str, Any]:
+    """``--max-reserved-gpus-per-namespace``: a whole number of GPUs, or a percentage of the domains' GPUs."""
+    text = raw.strip()
+    number, percent = (text[:-1], True) if text.endswith("%") else (text, False)
+    if not number.isascii() or not number.isdigit() or len(number) > 9 or (percent and int(number) > 100):
+        raise SettingsError(f"--max-reserved-gpus-per-namespace {raw[:60]!r}: expected a number of GPUs "
+                            "(0 to 999999999) or a percentage (0% to 100%)")
+    if percent:
+        return {"max_reserved_gpus": None, "max_reserved_share": int(number) / 100}
+    return {"max_reserved_gpus": int(number)}
+
+
 def _policy(ns: argparse.Namespace) -> Policy:
     _names(ns)
     defaults = Policy()
@@ -181,6 +201,7 @@ def _policy(ns: argparse.Namespace) -> Policy:
         exclusive_domains=ns.exclusive_domains,
         pack_plain_gpu_pods=ns.pack_plain_gpu_pods,
         block_labels=tuple(ns.block_label),
+        **_reserved_cap(ns.max_reserved_gpus_per_namespace),
     )
     if policy.ttl_problems():
         raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: " + "; ".join(policy.ttl_problems()))
@@ -199,12 +220,13 @@ def from_args(ns: argparse.Namespace) -> Settings:
             dir=ns.tls_dir if ns.tls_dir is not None or ns.tls_cert is not None else default_tls_dir(),
             service_name=ns.service_name, namespace=ns.namespace, client_ca=ns.client_ca,
             client_subjects=_subjects("--client-subject", ns.client_subject, defaults.client_subjects),
-            inspect_subjects=_subjects("--inspect-subject", ns.inspect_subject, defaults.inspect_subjects)),
+            inspect_subjects=_subjects("--inspect-subject", ns.inspect_subject, defaults.inspect_subjects),
+            loopback_operators=ns.loopback_operators),
         limits=LimitSettings(
             max_body=ns.max_body, max_buffered=ns.max_buffered, max_connections=ns.max_connections,
             max_connections_per_source=ns.max_connections_per_source, handshake_timeout=ns.handshake_timeout,
             header_timeout=ns.header_timeout, body_timeout=ns.body_timeout, write_timeout=ns.write_timeout,
-            bind_budget=ns.bind_budget),
+            bind_budget=ns.bind_budget, stall_timeout=ns.stall_timeout),
         cluster=ClusterSettings(kubeconfig=ns.kubeconfig, in_cluster=ns.in_cluster, files=tuple(ns.cluster),
                                 housekeeping_interval=ns.housekeeping_interval, pod_ttl=ns.pod_ttl,
                                 watch_stall_timeout=ns.watch_stall_timeout),

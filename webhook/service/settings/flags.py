@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "oldest idle one (default %(default)s)")
     net.add_argument("--write-timeout", type=float, default=limits.write_timeout, metavar="S",
                      help="seconds a client has to read a whole response (default %(default)s)")
+    net.add_argument("--stall-timeout", type=float, default=None, metavar="S",
+                     help="seconds a request on --bind may wait for a thread and its answer before /healthz fails, "
+                          "so that the kubelet restarts a replica whose service port no longer answers; above "
+                          f"--bind-budget (default {limits.stall_timeout:g}, or twice --bind-budget if that is more)")
     net.add_argument("--access-log", action="store_true", help="log every HTTP request")
     net.add_argument("--exit-with-parent", action="store_true",
                      help="stop when the process that started serve exits (for tools that run it as a child)")
@@ -68,6 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="subject of a client certificate that may read /inspect and /ui (loopback, as "
                                 "kubectl port-forward arrives, may too); repeatable (default "
                                 f"{', '.join(tls.inspect_subjects)})")
+    tls_flags.add_argument("--no-loopback-operators", dest="loopback_operators", action="store_false",
+                           default=tls.loopback_operators,
+                           help="do not let loopback peers read /inspect and /ui without an operator's certificate: "
+                                "needed behind a service-mesh sidecar, through which every caller arrives from "
+                                "loopback (kubectl port-forward then needs the certificate too)")
     tls_flags.add_argument("--service-name", default=tls.service_name, help="Service name for the certificate SANs")
     tls_flags.add_argument("--namespace", default=tls.namespace, help="namespace for the certificate SANs")
     src = parser.add_argument_group("cluster state")
@@ -115,6 +124,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "into NVLink domains already in use and keeps them off whole free domains and composable "
                           "nodes; the webhook must see them: add the kustomize component "
                           "manifests/components/pack-plain-gpu-pods")
+    pol.add_argument("--max-reserved-gpus-per-namespace", metavar="GPUS|PERCENT",
+                     default=f"{policy.max_reserved_share * 100:g}%",
+                     help="GPUs a namespace's groups may hold for pods not created yet (members to come, spare "
+                          "nodes, the rest of an exclusive domain), as a number or a share of the GPUs in NVLink "
+                          "domains; where an unscoped ResourceQuota bounds the namespace's GPUs, what it still "
+                          "allows counts instead (default %(default)s)")
     pol.add_argument("--block-label", action="append", default=[], metavar="KEY",
                      help="node label of the network block above the NVLink domains (a spine, a switch block); "
                           "repeatable, lowest level first: all segments of a segmented job land under one value "

@@ -41,6 +41,9 @@ DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_WRITE_TIMEOUT = 30.0
+# A request of the service port that has waited this long for a thread and its answer makes /healthz fail
+# (webhook.service.stalls): above the bind budget, the longest a request legitimately takes.
+DEFAULT_STALL_TIMEOUT = 60.0
 # Past either cap a new connection closes the oldest idle one (docs/HARDENING.md, "Connection limits").
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_MAX_CONNECTIONS_PER_SOURCE = 256
@@ -85,6 +88,9 @@ class TlsSettings:
     # cluster map (webhook.service.callers).
     client_subjects: tuple[str, ...] = (SCHEDULER_SUBJECT,)
     inspect_subjects: tuple[str, ...] = (OPERATOR_SUBJECT,)
+    # A loopback peer may read the cluster map (kubectl port-forward); not behind a mesh sidecar, through
+    # which every caller arrives from loopback (--no-loopback-operators).
+    loopback_operators: bool = True
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class LimitSettings:
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     write_timeout: float = DEFAULT_WRITE_TIMEOUT
     bind_budget: float = DEFAULT_BIND_BUDGET
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
 
     @property
     def buffered(self) -> int:

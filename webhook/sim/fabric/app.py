@@ -64,7 +64,7 @@ def _allow(parts: list[str]) -> str:
 
 
 def create_app(sim: Simulator) -> Flask:
-    app = Flask("imex_webhook_fabric_sim")
+    app = Flask("imex_webhook_fabric_sim", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False  # Flask's own OPTIONS reply is an empty text/html page
 
