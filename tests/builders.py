@@ -50,6 +50,7 @@ def store(objects: list[dict[str, Any]], policy: Policy | None = None,
     for obj in objects:
         by_kind.setdefault(obj["kind"], []).append(obj)
     for kind in ("Node", "ResourceSlice", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job",
+                 "ResourceQuota",
                  *workload_tables.KINDS,
                  "Pod"):
         s.replace(kind, by_kind.get(kind, []))

@@ -79,6 +79,7 @@ KINDS: dict[str, Kind] = {k.plural: k for k in (
     Kind("", "v1", "nodes", "Node", False),
     Kind("", "v1", "pods", "Pod", True),
     Kind("batch", "v1", "jobs", "Job", True),
+    Kind("", "v1", "resourcequotas", "ResourceQuota", True),
     Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
     Kind("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),

@@ -83,8 +83,8 @@ LWS_KEY = lws_group_key("ml", "vllm-1")
 @pytest.mark.parametrize(("case", "group_id", "kind", "name", "size", "source"), [
     ("jobset", "jobset:ml/train", GroupKind.JOBSET, "train", 8, "jobSet.replicas"),
     ("jobset-exclusive", "jobset:ml/train/workers/1", GroupKind.JOBSET, "train-workers-1", 4, "jobSet.parallelism"),
-    ("lws-worker", f"lws:{LWS_KEY}", GroupKind.LEADER_WORKER_SET, "vllm-1", 4, "lws.size"),
-    ("lws-leader-before-lws-webhook", f"lws:{LWS_KEY}", GroupKind.LEADER_WORKER_SET, "vllm-1", 4, "lws.size"),
+    ("lws-worker", f"lws:ml/{LWS_KEY}", GroupKind.LEADER_WORKER_SET, "vllm-1", 4, "lws.size"),
+    ("lws-leader-before-lws-webhook", f"lws:ml/{LWS_KEY}", GroupKind.LEADER_WORKER_SET, "vllm-1", 4, "lws.size"),
     ("pytorchjob", "kubeflow:ml/pytorchjob.pt", GroupKind.TRAINING_JOB, "pt", 4, "trainingJob.replicas"),
     ("mpijob", "kubeflow:ml/mpijob.nvb", GroupKind.TRAINING_JOB, "nvb", 2, "trainingJob.replicas"),
     ("kueue", "kueue:ml/grp", GroupKind.KUEUE, "grp", 3, "kueue.totalCount"),

@@ -45,19 +45,27 @@ def _domain(objects: list[dict[str, Any]], out: filtering.FilterOutcome) -> set[
 RACKS = [*builders.rack("a", A, 2), *builders.rack("b", B, 4)]
 
 
-@pytest.mark.parametrize("value", ["true", "True", " TRUE "])
-def test_an_exclusive_group_skips_the_best_fit_another_compute_domain_runs_in(value: str) -> None:
+def test_an_exclusive_group_skips_the_best_fit_another_compute_domain_runs_in() -> None:
     running = builders.pod("other-0", cd="other", node="a-00", phase="Running")
-    objects = [*RACKS, *cd("other", 1), running, *cd("solo", 1, value)]
+    objects = [*RACKS, *cd("other", 1), running, *cd("solo", 1, "true")]
     out = _filter(objects, builders.pod("solo-0", cd="solo"))
     assert _domain(objects, out) == {B}  # rack a fits better but runs ComputeDomain other
 
 
-@pytest.mark.parametrize("value", [None, "false", "yes", "1", "x" * 60])
+@pytest.mark.parametrize("value", [None, "false"])
 def test_without_the_annotation_set_to_true_nothing_changes(value: str | None) -> None:
     running = builders.pod("other-0", cd="other", node="a-00", phase="Running")
     objects = [*RACKS, *cd("other", 1), running, *cd("shared", 1, value)]
     assert _domain(objects, _filter(objects, builders.pod("shared-0", cd="shared"))) == {A}
+
+
+@pytest.mark.parametrize("value", ["True", " TRUE ", "yes", "1", "x" * 60, ""])
+def test_a_value_other_than_true_or_false_is_refused_naming_the_annotation_not_read_as_false(value: str) -> None:
+    objects = [*RACKS, *cd("shared", 1, value)]
+    out = _filter(objects, builders.pod("shared-0", cd="shared"))
+    assert not out.passed and out.outcome == "invalid-group"
+    assert out.context is not None and "ComputeDomain ml/shared's annotation" in out.context.reason
+    assert f'{keys.EXCLUSIVE_ANNOTATION}=' in out.context.reason and '"true" or "false"' in out.context.reason
 
 
 def test_an_exclusive_holder_keeps_other_compute_domains_out_and_the_reason_names_it() -> None:

@@ -78,7 +78,7 @@ def test_a_group_that_fits_once_pods_finish_fails_resolvably() -> None:
 def test_two_groups_competing_for_one_domain_do_not_share_promised_capacity() -> None:
     objects = [*builders.rack("a", A, 8), *builders.rack("b", B, 8),
                *builders.cd_objects("first", 6), *builders.cd_objects("second", 4)]
-    first = Reservation(group_id=f"cd:{builders.cd_uid('first')}", group_name="first", namespace="ml", domain=A,
+    first = Reservation(group_id=f"cd:{builders.cd_uid('first')}", group_name="first", namespace="nlp", domain=A,
                         size=6, gpus_per_pod=4, one_pod_per_node=True, created_at=990.0, version="1")
     # Without the hold, "second" (4 pods) would best-fit into either rack; the hold leaves rack A 2 nodes.
     out = _filter(objects, builders.pod("second-0", cd="second"), reservations={first.group_id: first})

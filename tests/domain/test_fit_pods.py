@@ -85,8 +85,10 @@ def test_each_domain_has_room_for_what_one_new_group_could_be_given_now(
 
 
 def _domain_for(snapshot: Snapshot, pods: int, gpus: int) -> str | None:
+    # In a namespace of its own: the others' reservations hold capacity, not this namespace's share.
     probe = parsing.pod(b.pod("probe-0", None, gpus, annotations={keys.GROUP_ANNOTATION: "probe",
-                                                                   keys.GROUP_SIZE_ANNOTATION: str(pods)}))
+                                                                   keys.GROUP_SIZE_ANNOTATION: str(pods)},
+                              namespace="probe"))
     ctx = filtering.context(probe, snapshot, {}, Policy(), NOW)
     assert ctx is not None and not ctx.resolution.problems
     return ctx.domain

@@ -11,12 +11,11 @@ import pytest
 
 from tests import builders
 from webhook.domain import claim_parsing, grouping, keys, parsing
-from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import Catalog
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
 from webhook.service.settings import FabricSettings, Settings
-from webhook.wire.fields import NAME_MAX
+from webhook.wire.fields import LABEL_VALUE_MAX, NAME_MAX
 from webhook.wire.redaction import redact_url, redact_urls
 from webhook.wire.text import clip, shown
 
@@ -94,21 +93,27 @@ def test_a_compute_domain_id_that_is_no_string_is_malformed() -> None:
         claim_parsing.claim_spec(claim, template=False)
 
 
-def _group_name(annotation: str, namespace: str = "ml") -> tuple[str, str]:
+def _resolved(annotation: str, namespace: str = "ml") -> Any:
     pod = parsing.pod(_pod(namespace=namespace, annotations={keys.GROUP_ANNOTATION: annotation}))
-    group = grouping.resolve(pod, Catalog(), Policy()).group
-    assert group is not None
-    return group.name, group.id
+    return grouping.resolve(pod, Catalog(), Policy())
 
 
-def test_a_long_group_name_becomes_a_bounded_identity_that_pods_naming_it_share() -> None:
-    long = "g" * 100_000
-    name, group_id = _group_name(long)
-    assert len(name) == GROUP_NAME_MAX and name.startswith("g" * 200)
-    assert _group_name(long) == (name, group_id)
-    assert _group_name(long[:-1] + "h")[0] != name  # differs only at the end, still another group
-    assert _group_name("run-7") == ("run-7", "ann:ml/run-7")  # short names stay as they are
-    assert _group_name("r" * GROUP_NAME_MAX)[0] == "r" * GROUP_NAME_MAX
+@pytest.mark.parametrize("name", ["run-7", "r" * LABEL_VALUE_MAX, "a", "A.b_c-9"])
+def test_a_group_name_a_label_value_may_hold_names_the_group_as_it_is(name: str) -> None:
+    group = _resolved(name).group
+    assert group is not None and (group.name, group.id) == (name, f"ann:ml/{name}")
+
+
+@pytest.mark.parametrize("name", ["g" * 100_000, "r" * (LABEL_VALUE_MAX + 1), "evil\u202egpj", "nul\x00byte",
+                                  "-leading", "trailing.", "ml/train", "caf\u00e9"],
+                         ids=["100000-chars", "64-chars", "rtl-override", "nul", "leading-dash", "trailing-dot",
+                              "slash", "non-ascii"])
+def test_a_group_name_no_label_value_may_hold_is_refused_without_echoing_it_whole(name: str) -> None:
+    resolution = _resolved(name)
+    assert resolution.group is None
+    (problem,) = resolution.problems
+    assert "is not a group name" in problem and len(problem) < 400
+    assert "\u202e" not in problem and "\x00" not in problem  # escaped, never written raw
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -543,7 +543,7 @@ def test_an_empty_group_annotation_next_to_a_compute_domain_is_ignored_as_before
 
 @pytest.mark.parametrize(("case", "edit", "allowed"), [
     ("a 100,000-character group annotation", lambda o: o["metadata"]["annotations"].update(
-        {keys.GROUP_ANNOTATION: "g" * 100_000}), True),
+        {keys.GROUP_ANNOTATION: "g" * 100_000}), False),
     ("a 100,000-character group annotation contradicting the ComputeDomain", lambda o: o["metadata"][
         "annotations"].update({keys.GROUP_ANNOTATION: "x" * 100_000}), False),
     ("a 100,000-character group label", lambda o: o["metadata"]["labels"].update(

@@ -190,7 +190,10 @@ def test_a_segments_pod_preempts_only_in_the_domain_its_jobs_plan_gives_it(rank:
     # rack B (8 nodes) and the third in rack A; no segment evicts anywhere else.
     seg = builders.cd_objects("seg", 12)
     seg[0]["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: "4"}
-    store = builders.store(_world(extra=seg))
-    pod = builders.pod(f"seg-{rank}", cd="seg", annotations={keys.COMPLETION_INDEX: str(rank)})
+    # All 12 pods exist, as the job's controller creates them together (what a namespace may hold for pods
+    # not created yet is bounded: tests/domain/test_tenant_quota.py).
+    members = [builders.pod(f"seg-{i}", cd="seg", annotations={keys.COMPLETION_INDEX: str(i)}) for i in range(12)]
+    store = builders.store(_world(extra=[*seg, *members]))
+    pod = members[rank]
     out = _decide(store, pod, EVERYONE_LOW)
     assert list(out.kept) == kept and out.reason_class == "chosen-after-eviction", out

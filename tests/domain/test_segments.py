@@ -183,7 +183,9 @@ def _context(snap: Snapshot, index: int, policy: Policy | None = None) -> filter
 
 
 def test_the_first_filter_of_a_segment_proposes_every_segment_of_the_plan() -> None:
-    snap = builders.snapshot([*_rack("a", 4), *_rack("b", 4), *_cd("job", 6, "3")])
+    # The job's pods exist, as its controller creates them together: the plan holds no room for absent ones.
+    pods = [_pod(f"job-{i}", i) for i in range(6)]
+    snap = builders.snapshot([*_rack("a", 4), *_rack("b", 4), *_cd("job", 6, "3"), *pods])
     ctx = _context(snap, 4)  # rank 4: segment 1
     assert ctx.proposal is not None and ctx.group is not None and ctx.group.segment is not None
     assert ctx.group.segment.index == 1 and ctx.proposal.size == 3

@@ -28,21 +28,26 @@ def _cd(name: str, size: int, per: int) -> list[dict[str, Any]]:
     return objs
 
 
+def _member(job: str, rank: int) -> dict[str, Any]:
+    return builders.pod(f"{job}-{rank}", job, annotations={segments.COMPLETION_INDEX: str(rank)})
+
+
 class Cluster:
     def __init__(self, racks: dict[str, int], jobs: dict[str, tuple[int, int]]) -> None:
         domains = {"a": A, "b": B, "c": C}
         nodes = [n for prefix, count in racks.items() for n in builders.rack(prefix, domains[prefix], count)]
         self.store = ClusterStore(Policy())
         objects = [*nodes, *(o for name, (size, per) in jobs.items() for o in _cd(name, size, per))]
+        # Every member exists, as the job's controller creates them together (what a namespace may hold for
+        # pods not created yet is bounded: tests/domain/test_tenant_quota.py).
+        objects += [_member(job, rank) for job, (size, _) in jobs.items() for rank in range(size)]
         backend = embedded.EmbeddedBackend(self.store, objects, "test")
         backend.start()
         self.engine = Engine(self.store, backend.reservations, backend.binder, Policy(), holder="t", clock=Clock(),
                              events=Kept())
 
     def pod(self, job: str, rank: int) -> Pod:
-        pod = parsing.pod(builders.pod(f"{job}-{rank}", job, annotations={segments.COMPLETION_INDEX: str(rank)}))
-        embedded.put_pod(self.store, pod)
-        return pod
+        return parsing.pod(_member(job, rank))
 
     def nodes(self) -> list[str]:
         return sorted(self.store.snapshot().nodes)

@@ -24,6 +24,11 @@ from webhook.state.cluster import ClusterStore
 DOMAINS = {"a": "aaaa-1111.7", "b": "bbbb-2222.7", "c": "cccc-3333.7"}
 
 
+# Pods arrive one at a time here, as each test needs them; a job's controller creates them together, so the
+# bound on what a namespace holds for pods not created yet is lifted (tests/domain/test_tenant_quota.py).
+POLICY = Policy(max_reserved_share=1.0)
+
+
 class FlakyBinder(embedded.EmbeddedBinder):
     """The embedded binder whose label writes take ``delay`` seconds (an API call) and fail while ``failing``
     (the API server down)."""
@@ -43,12 +48,12 @@ class Cluster:
         nodes = [n for prefix, count in racks.items() for n in builders.rack(prefix, DOMAINS[prefix], count)]
         cd = builders.cd_objects("train", size)
         cd[0]["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(per)}
-        self.store = ClusterStore(Policy())
+        self.store = ClusterStore(POLICY)
         backend = embedded.EmbeddedBackend(self.store, [*nodes, *cd], "test")
         backend.start()
         self.binder = FlakyBinder(self.store)
         self.clock = Clock()
-        self.engine = Engine(self.store, backend.reservations, self.binder, Policy(), holder="t", clock=self.clock,
+        self.engine = Engine(self.store, backend.reservations, self.binder, POLICY, holder="t", clock=self.clock,
                              events=Kept())
         self.job = f"cd:{builders.cd_uid('train')}"
 

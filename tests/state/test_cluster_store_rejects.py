@@ -53,7 +53,7 @@ def test_the_odd_objects_skip_themselves_only_and_are_counted_by_kind() -> None:
     assert store.pod("ml", "typed") is None
     assert snapshot.used_gpus == {"good": 4}
     assert store.rejected_counts() == {"Node": 1, "Pod": 1, "ResourceClaim": 0, "ResourceClaimTemplate": 0,
-                                       "ComputeDomain": 0, "Job": 0, "ResourceSlice": 0,
+                                       "ComputeDomain": 0, "Job": 0, "ResourceSlice": 0, "ResourceQuota": 0,
                                        **{kind: 0 for kind in workload_tables.KINDS}}
     assert store.rejected == 2
 

@@ -183,6 +183,7 @@ class EmbeddedBackend:
         self.store.expect(KINDS)
         # Catalog objects first, so pods resolve their groups without a second pass.
         for kind in ("Node", "ResourceSlice", "ComputeDomain", "ResourceClaimTemplate", "ResourceClaim", "Job",
+                     "ResourceQuota",
                      *WORKLOAD_KINDS, "Pod"):
             self.store.replace(kind, self._by_kind[kind])
             self.store.mark_synced(kind)

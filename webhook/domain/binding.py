@@ -46,10 +46,10 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
     node = snapshot.nodes.get(node_name)
     resolution = grouping.resolve(pod, snapshot.catalog, policy)
     group = resolution.group
-    if group is None:
-        return BindPlan(False, None, 0)
     if resolution.problems:
         raise DecisionError("; ".join(resolution.problems))
+    if group is None:
+        return BindPlan(False, None, 0)
     if node is None:
         raise DecisionError(f"node {node_name} is not in imex-webhook's cache; the scheduler retries")
     if node.domain is None:

@@ -125,3 +125,25 @@ def node_fit(node: Node, need: Demand, snapshot: Snapshot, pod_uid: str = "") ->
     fabric_note = f" and {fabric} attachable from fabric zone {node.fabric_zone}" if node.fabric_zone else ""
     return Fit(Verdict.BUSY, f"pod needs {wanted} GPUs; {local} free{fabric_note} now", local, 0, 0)
 
+
+def domain_gpus(snapshot: Snapshot) -> dict[str, int]:
+    """GPUs per NVLink domain: its nodes' own, and the fabric GPUs its nodes can take while its zone has them."""
+    own: dict[str, int] = {}
+    slots: dict[tuple[str, str], int] = {}
+    for node in snapshot.nodes.values():
+        if node.domain is None:
+            continue
+        own[node.domain] = own.get(node.domain, 0) + node.gpus
+        if node.fabric_zone and node.fabric_slots:
+            key = (node.domain, node.fabric_zone)
+            slots[key] = slots.get(key, 0) + node.fabric_slots
+    for (domain, zone), count in slots.items():
+        own[domain] += min(count, snapshot.fabric_free.get(zone, 0))
+    return own
+
+
+def domain_members(snapshot: Snapshot, need: Demand) -> dict[str, int]:
+    """Members of ``need`` each NVLink domain holds when empty: by GPUs, or one a node for a pod asking none."""
+    if need.gpus <= 0:
+        return {domain: len(nodes) for domain, nodes in snapshot.domains.items()}
+    return {domain: gpus // need.gpus for domain, gpus in domain_gpus(snapshot).items()}

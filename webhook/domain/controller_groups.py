@@ -186,7 +186,8 @@ def lws(pod: Pod, refs: WorkloadRefs, catalog: Catalog, joins: Member, max_size:
     leader = refs.lws_leader or refs.lws
     what = f"LeaderWorkerSet {shown(refs.lws)} group {shown(leader)}"
     size, problem = _count(refs.lws_size, f"annotation {keys.LWS_SIZE_ANNOTATION}", max_size)
-    return Candidate(_group(f"lws:{refs.lws_group_key}", GroupKind.LEADER_WORKER_SET, pod.namespace, leader),
+    return Candidate(_group(f"lws:{pod.namespace}/{refs.lws_group_key}", GroupKind.LEADER_WORKER_SET, pod.namespace,
+                            leader),
                      what, size, "lws.size", problem)
 
 

@@ -37,7 +37,7 @@ def _holder(group_id: str, snapshot: Snapshot, policy: Policy) -> Group | None:
         cd = snapshot.catalog.compute_domains.get(group_id[len(_CD_GROUP):])
         if cd is not None:
             return Group(group_id, GroupKind.COMPUTE_DOMAIN, cd.namespace, cd.name, cd.uid, True,
-                         exclusive=policy.exclusive_domains or cd.exclusive)
+                         exclusive=policy.exclusive_domains or grouping.exclusive_requested(cd.exclusive)[0])
     return None
 
 

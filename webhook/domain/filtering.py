@@ -20,6 +20,7 @@ from webhook.domain import (
     node_constraints,
     placement,
     plain_pods,
+    quotas,
     repair,
     segment_plan,
     segments,
@@ -100,11 +101,15 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
     segments this process gave members without a rank that the cache does not show yet (pod uid -> id)."""
     resolution = grouping.resolve(pod, snapshot.catalog, policy)
     group = resolution.group
-    if group is None:
+    if group is None and not resolution.problems:
         return None
     need = capacity.demand(pod, snapshot.catalog, policy)
-    if resolution.problems:
+    if resolution.problems:  # a group name or a ComputeDomain of another namespace the pod may not join, too
         return Context(resolution, need, None, None, None, "; ".join(resolution.problems), pod_uid=pod.uid)
+    assert group is not None
+    outnumbered = segments.outnumbered(group, capacity.domain_members(snapshot, need)) if group.segment else None
+    if outnumbered:  # no domain, as for any job no plan holds, without planning one
+        return Context(resolution, need, None, None, None, outnumbered, pod_uid=pod.uid)
     job, job_size, moved = group, resolution.size, ""
     if group.segment is not None and assignment.excess(group, pod, snapshot, given or {}):
         job, job_size = assignment.whole_job(group)
@@ -127,6 +132,12 @@ def context_of_segment(pod: Pod, resolution: GroupResolution, need: Demand, snap
     group = resolution.group
     assert group is not None
     existing = current_reservation(group, snapshot, proposals, policy, now)
+    if existing is not None and existing.namespace != group.namespace:
+        # Every source names a group within its namespace; should two namespaces' pods ever meet under one
+        # identity, the group stays its first namespace's (a pod never joins another tenant's domain).
+        why = (f"group {group.id} is reserved for namespace {existing.namespace}; a pod of namespace "
+               f"{group.namespace} does not join it")
+        return Context(replace(resolution, problems=(why,)), need, None, None, None, why, pod_uid=pod.uid)
     if existing is not None:
         origin = "reserved" if existing.version else "proposed"
         return Context(resolution, need, existing.domain, existing, None,
@@ -139,9 +150,9 @@ def context_of_segment(pod: Pod, resolution: GroupResolution, need: Demand, snap
         if split is not None:
             return split
     known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
+    live = live_reservations(snapshot, proposals, policy, now)
     choice = placement.choose(
-        group, resolution.size, need, snapshot,
-        live_reservations(snapshot, proposals, policy, now),
+        group, resolution.size, need, snapshot, live,
         pending_self=not pod.uid or pod.uid not in known,
         allowed=set(candidates) if candidates is not None else None,
         health=policy.fabric_health,
@@ -166,6 +177,9 @@ def context_of_segment(pod: Pod, resolution: GroupResolution, need: Demand, snap
         holder=holder,
         spares=choice.spares,
     )
+    over = quotas.refusal(group, (proposal,), not pod.uid or pod.uid not in known, snapshot, live, policy)
+    if over:
+        return Context(resolution, need, None, None, None, over, pod_uid=pod.uid)
     return Context(resolution, need, choice.domain, proposal, proposal, choice.reason, pod_uid=pod.uid)
 
 
@@ -262,6 +276,11 @@ def _segment_context(pod: Pod, resolution: GroupResolution, need: Demand, snapsh
     siblings = tuple((g, proposal(g)) for i in range(seg.count) if i != seg.index
                      and (g := segments.sibling(group, seg, i)).id not in live
                      and repair.running_domain(g, snapshot) is None)
+    known = {m.pod.uid for m in snapshot.members.get(group.id, ()) if m.pod.uid}
+    over = quotas.refusal(group, (own, *(r for _, r in siblings)), not pod.uid or pod.uid not in known, snapshot,
+                          live, policy)
+    if over:
+        return Context(resolution, need, None, None, None, note + over, pod_uid=pod.uid)
     return Context(resolution, need, own.domain, own, own, note + planned.reason, pod_uid=pod.uid,
                    siblings=siblings)
 
@@ -287,10 +306,10 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy
             raise DecisionError(f"pod {pod.ref} uses {', '.join(pending)}, which imex-webhook's cache does not "
                                 "have yet; its group is resolved once it does (the scheduler retries)")
         return _outside_groups(pod, candidates, nodes, snapshot)
-    group = ctx.group
-    assert group is not None
     if ctx.resolution.problems:
         return _all_fail(candidates, ctx, "invalid-group", "invalid-group", unresolvable=True)
+    group = ctx.group
+    assert group is not None
     if ctx.domain is None:
         return _all_fail(candidates, ctx, "no-domain", "no-domain", unresolvable=not ctx.resolvable_later)
 

@@ -10,13 +10,11 @@ in the order of ``group_sources.SOURCES`` (``controller_groups``, docs/GROUPS.md
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import replace
 
 from webhook.domain import controller_groups, group_sources, keys, segments, spares
-from webhook.domain.limits import GROUP_NAME_MAX
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,
@@ -27,24 +25,26 @@ from webhook.domain.model import (
     Pod,
 )
 from webhook.domain.policy import Policy
+from webhook.wire.fields import LABEL_VALUE_MAX
 from webhook.wire.text import shown
 
 # The group-size annotation: a whole number of pods written in ASCII digits, 1..MAX_GROUP_SIZE. The bound
 # keeps int() away from thousands of digits (Python refuses over 4,300) and nonsense sizes out of the plan.
 MAX_GROUP_SIZE = 100_000
 _SIZE = re.compile(r"[0-9]{1,6}")
-_DIGEST_CHARS = 16
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-def bounded_name(annotation: str) -> str:
-    """The group's name from its annotation, at most GROUP_NAME_MAX characters. The name is part of the
-    group's identity, stored in its reservation and repeated in every node's reason and in /inspect; a
-    longer one keeps its start and ends in a digest of the whole, so that pods naming the same long group
-    still meet, and two long names that differ anywhere do not."""
-    if len(annotation) <= GROUP_NAME_MAX:
-        return annotation
-    digest = hashlib.sha256(annotation.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_CHARS]
-    return f"{annotation[:GROUP_NAME_MAX - _DIGEST_CHARS - 1]}~{digest}"
+def name_problem(annotation: str) -> str | None:
+    """Why an ``imex-webhook.io/group`` value cannot name a group, or None. A group's name is repeated in its
+    reservation, in every node's reason, in Events and in /inspect, so it is held to what a label value
+    may hold: at most 63 characters, letters, digits, '-', '_' and '.', beginning and ending with a letter
+    or digit. No control character, bidirectional override or 100,000-character name reaches a reason."""
+    if len(annotation) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(annotation):
+        return None
+    return (f"annotation {keys.GROUP_ANNOTATION}={shown(annotation)} is not a group name: use at most "
+            f"{LABEL_VALUE_MAX} letters, digits, '-', '_' and '.', beginning and ending with a letter or digit "
+            "(what a label value may hold)")
 
 
 def group_size(raw: str) -> int | None:
@@ -64,6 +64,16 @@ def size_problem(annotations: Mapping[str, str]) -> str | None:
     return (f"annotation {keys.GROUP_SIZE_ANNOTATION}={shown(raw)} is not a group size: write the number of "
             f"pods in the group as a positive whole number up to {MAX_GROUP_SIZE}, in digits (e.g. '8'), or "
             "remove the annotation")
+
+
+def exclusive_requested(raw: str | None, where: str = "the pod's") -> tuple[bool, str | None]:
+    """(whether ``imex-webhook.io/exclusive-domain`` asks for an NVLink domain of its own, why the value is
+    unusable or None). Only "true" and "false" are values: a "yes" or "TRUE" read as false would quietly
+    share a domain the user asked to keep."""
+    if raw is None or raw in ("true", "false"):
+        return raw == "true", None
+    return False, (f"{where} annotation {keys.EXCLUSIVE_ANNOTATION}={shown(raw)} is not \"true\" or \"false\": "
+                   "write one of them, in lower case")
 
 
 def unresolved_claims(pod: Pod, catalog: Catalog) -> list[str]:
@@ -111,11 +121,17 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
         )
     cd_uid = next(iter(compute_domains), None)
     cd = catalog.compute_domains.get(cd_uid) if cd_uid else None
+    if cd is not None and cd.namespace != pod.namespace:
+        problems.append(foreign(cd, compute_domains[cd.uid], pod.namespace))
+        return GroupResolution(None, None, "unknown", tuple(problems), tuple(warnings))
 
     annotation = pod.annotations.get(keys.GROUP_ANNOTATION, "").strip()
     group: Group | None = None
     if annotation:
-        name = bounded_name(annotation)
+        problem = name_problem(annotation)
+        if problem:
+            return GroupResolution(None, None, "unknown", (*problems, problem), tuple(warnings))
+        name = annotation
         group = Group(
             id=f"ann:{pod.namespace}/{name}",
             kind=GroupKind.ANNOTATION,
@@ -147,10 +163,13 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
             compute_domain=None,
             one_pod_per_node=False,
         )
-    if group is not None and group.compute_domain and (
-            policy.exclusive_domains or (cd is not None and cd.exclusive)
-            or pod.annotations.get(keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true"):
-        group = replace(group, exclusive=True)
+    if group is not None and group.compute_domain:
+        on_cd, cd_problem = exclusive_requested(cd.exclusive if cd is not None else None,
+                                                f"ComputeDomain {cd.namespace}/{cd.name}'s" if cd else "")
+        on_pod, pod_problem = exclusive_requested(pod.annotations.get(keys.EXCLUSIVE_ANNOTATION))
+        problems.extend(p for p in (cd_problem, pod_problem) if p)
+        if policy.exclusive_domains or on_cd or on_pod:
+            group = replace(group, exclusive=True)
     if group is None:
         # Only once every claim is known: a claim not cached yet may still make a ComputeDomain group.
         if not problems and not unresolved_claims(pod, catalog):
@@ -172,11 +191,28 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
     if size_problem:
         problems.append(size_problem)
     if pod.workload is not None:
-        size, source = _with_controllers(pod, catalog, policy, group, size, source, warnings)
+        size, source = _with_controllers(pod, catalog, policy, group, size, source, warnings, problems)
     if not problems:
         group, size, cut = segments.segmented(group, size, pod, cd, catalog)
         problems.extend(cut)
     return GroupResolution(group, size, source, tuple(problems), tuple(warnings))
+
+
+def foreign(cd: ComputeDomain, claim: str, namespace: str) -> str:
+    """Why a pod of ``namespace`` may not join ``cd``: a ComputeDomain's UID is on every node the driver
+    labels, so a claim template in any namespace can name it; its group is its own namespace's alone."""
+    return (f"the pod's claim {shown(claim)} names ComputeDomain {cd.namespace}/{cd.name} ({cd.uid}), which is in "
+            f"namespace {cd.namespace}; a pod joins only a ComputeDomain of its own namespace ({namespace})")
+
+
+def foreign_compute_domain(pod: Pod, catalog: Catalog) -> str | None:
+    """Why the pod names another namespace's ComputeDomain in one of its claims, or None."""
+    for ref in pod.claims:
+        spec = _claim_spec(pod, catalog, ref.template, ref.claim)
+        cd = catalog.compute_domains.get(spec.compute_domain) if spec is not None and spec.compute_domain else None
+        if cd is not None and cd.namespace != pod.namespace:
+            return foreign(cd, ref.name, pod.namespace)
+    return None
 
 
 def _claims_shared(pod: Pod) -> bool:
@@ -194,20 +230,36 @@ def _cd_label(uid: str, cd: ComputeDomain | None) -> str:
 
 
 def _size(pod: Pod, catalog: Catalog, cd: ComputeDomain | None) -> tuple[int | None, str, str | None]:
+    declared, source, what = _declared(pod, catalog, cd)
     raw = pod.annotations.get(keys.GROUP_SIZE_ANNOTATION)
     if raw is not None:
         size = group_size(raw)
         if size is not None:
-            return size, "annotation", None
+            return size, "annotation", raised(size, declared, what)
         return None, "unknown", size_problem(pod.annotations)
+    return declared, source, None
+
+
+def _declared(pod: Pod, catalog: Catalog, cd: ComputeDomain | None) -> tuple[int | None, str, str]:
+    """(the size the pod's ComputeDomain or Job declares, its source, how a person names it)."""
     if cd is not None and cd.num_nodes > 0:
-        return cd.num_nodes, "computeDomain.numNodes", None
+        return cd.num_nodes, "computeDomain.numNodes", f"ComputeDomain {cd.namespace}/{cd.name}'s numNodes"
     for owner in pod.owners:
         if owner.kind == "Job" and owner.controller:
             job = catalog.jobs.get((pod.namespace, owner.name))
             if job is not None and job.parallelism:
-                return job.parallelism, "job.parallelism", None
-    return None, "unknown", None
+                return job.parallelism, "job.parallelism", f"Job {pod.namespace}/{owner.name}'s parallelism"
+    return None, "unknown", ""
+
+
+def raised(written: int | None, declared: int | None, what: str) -> str | None:
+    """Why a group-size annotation above the size a controller object declares is refused, or None. The
+    controller creates that many pods at most; a larger size would only reserve a domain's room for pods
+    that never come (and a tenant's pod could hold any amount of capacity that way)."""
+    if written is None or declared is None or written <= declared:
+        return None
+    return (f"annotation {keys.GROUP_SIZE_ANNOTATION}={written} is larger than {what} ({declared}): the annotation "
+            "may lower a group's size, never raise it above what its controller creates")
 
 
 # -- Groups from Kubernetes' gang scheduling and the workload controllers (controller_groups) ----------
@@ -231,7 +283,8 @@ def _from_controllers(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolu
     if raw is not None:  # the user's own size wins over the controller's, even over one it cannot count
         written = group_size(raw)
         size, source = (written, "annotation") if written is not None else (None, "unknown")
-        problems = [] if written is not None else [size_problem(pod.annotations) or ""]
+        problem = raised(written, first.size, first.what) if written is not None else size_problem(pod.annotations)
+        problems = [problem] if problem else []
         warnings = []
     warnings.extend(controller_groups.disagreements(first.what, first.group.name, size, found[1:]))
     return GroupResolution(first.group, size, source if size is not None else "unknown", tuple(problems),
@@ -239,7 +292,7 @@ def _from_controllers(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolu
 
 
 def _with_controllers(pod: Pod, catalog: Catalog, policy: Policy, group: Group, size: int | None, source: str,
-                      warnings: list[str]) -> tuple[int | None, str]:
+                      warnings: list[str], problems: list[str]) -> tuple[int | None, str]:
     """A group of our own sources whose pods a gang API or controller groups too: the first such source
     sizes it when nothing above did (ComputeDomain numNodes is deprecated and usually 0), counting only
     the pods of that group; the others that disagree are warned about."""
@@ -250,6 +303,9 @@ def _with_controllers(pod: Pod, catalog: Catalog, policy: Policy, group: Group, 
     else:
         joins = controller_groups.member(pod.namespace, catalog, policy)
     found = group_sources.candidates(pod, catalog, joins, MAX_GROUP_SIZE)
+    if source == "annotation":
+        problems.extend(p for c in found if not c.problem and not c.waiting
+                        and (p := raised(size, c.size, c.what)) is not None)
     if source in ("unknown", "job.parallelism") and keys.GROUP_SIZE_ANNOTATION not in pod.annotations:
         lender = next((c for c in found if c.size is not None and not c.problem and not c.waiting), None)
         if lender is not None:

@@ -9,12 +9,9 @@ settings (every ``--help`` shows them) loads none of those.
 
 from __future__ import annotations
 
-from webhook.wire.fields import NAME_MAX
-
 # Levels of objects and arrays in one request body: orjson writes no deeper, and the /filter reply in
 # NodeList mode echoes the nodes it was sent. Real Kubernetes objects stay under 20.
 MAX_DEPTH = 254
-GROUP_NAME_MAX = NAME_MAX  # the imex-webhook.io/group annotation: becomes part of the group's identity
 
 # The largest body of the shipped profile (nodeCacheCapable: true): an ExtenderArgs naming 20,000 nodes (about
 # 1.3 MB) with a pod as etcd can hold it (1.5 MiB), with room to spare. Decoding costs up to 16x the body

@@ -136,7 +136,7 @@ class ComputeDomain:
     uid: str
     num_nodes: int
     template: str | None  # spec.channel.resourceClaimTemplate.name
-    exclusive: bool = False  # imex-webhook.io/exclusive-domain: "true" (webhook.domain.exclusive)
+    exclusive: str | None = None  # imex-webhook.io/exclusive-domain as written (grouping.exclusive_requested)
     spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.spares)
     segment_size: str | None = None  # imex-webhook.io/segment-size as written (webhook.domain.segments)
     placement: str | None = None  # imex-webhook.io/placement as written (webhook.domain.segments)
@@ -201,6 +201,16 @@ class GangWorkload:
     namespace: str
     name: str
     groups: Mapping[str, GangGroup]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuQuota:
+    """The GPU lines of a ResourceQuota that bounds every pod of its namespace (no scopes): what the namespace
+    may still request, which bounds what it may reserve for pods it has not created (webhook.domain.quotas)."""
+
+    namespace: str
+    name: str
+    lines: tuple[tuple[str, int, int], ...]  # (resource, hard, used), e.g. ("requests.nvidia.com/gpu", 16, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,3 +359,4 @@ class Snapshot:
     channel_nodes: frozenset[str] | None = None
     # node -> ComputeDomain UIDs (or "claim:<ns>/<name>") whose allocated claims hold its compute-domain devices
     imex_holds: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    gpu_quotas: Mapping[str, tuple[GpuQuota, ...]] = field(default_factory=dict)  # namespace -> its GPU quotas

@@ -88,6 +88,13 @@ _SLUG_JUNK = re.compile(r"[^-A-Za-z0-9.]+")
 _DIGEST_CHARS = 16
 MESSAGE_MAX = 1024  # characters of a denial message: kube-apiserver hands it to the user as is
 WARNING_MAX = 256  # kube-apiserver may truncate warnings over 256 characters; cut them ourselves, visibly
+WARNINGS_MAX = 16  # warnings in one reply; the last one says how many more there were
+# Required nodeSelectorTerms of a group pod. The patch adds the domain expression to every term (terms are
+# ORed), one op each, so the reply grows with them: 157,000 terms in a 3.1 MB review made a 42 MB reply.
+# Kubernetes sets no bound; the workload controllers whose pods we group write none or one, and a person
+# writes a handful. A pod with more is denied with this bound in the message, and no reply of ours grows
+# with what the pod carries (one term's op is about 120 bytes: 64 of them stay under 8 KiB).
+MAX_NODE_SELECTOR_TERMS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +137,23 @@ def might_be_group(obj: Any) -> bool:
 
 
 def _deny(message: str, reason: str, group_id: str | None, warnings: list[str]) -> MutationResult:
-    return MutationResult(False, (), tuple(warnings), clip(message, MESSAGE_MAX), group_id, "denied", reason)
+    return MutationResult(False, (), _bounded(warnings), clip(message, MESSAGE_MAX), group_id, "denied", reason)
+
+
+def _bounded(warnings: list[str]) -> tuple[str, ...]:
+    if len(warnings) <= WARNINGS_MAX:
+        return tuple(warnings)
+    return (*warnings[:WARNINGS_MAX - 1], f"and {len(warnings) - WARNINGS_MAX + 1} more warnings")
+
+
+def _too_many_node_terms(obj: Mapping[str, Any]) -> str | None:
+    terms = PatchBuilder(obj, WHERE).get(_NODE_TERMS)
+    if not isinstance(terms, list) or len(terms) <= MAX_NODE_SELECTOR_TERMS:
+        return None
+    return (f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution has {len(terms)} "
+            f"nodeSelectorTerms; imex-webhook adds its domain requirement to each and accepts at most "
+            f"{MAX_NODE_SELECTOR_TERMS} in a group pod: merge the terms (they are ORed) or drop the ones no node "
+            "of the group's domains matches")
 
 
 def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapping[str, Node],
@@ -147,6 +170,16 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     size_problem = grouping.size_problem(pod.annotations)
     if size_problem:
         return _deny(size_problem, "bad-group-size", None, [])
+    named = pod.annotations.get(keys.GROUP_ANNOTATION, "").strip()
+    name_problem = grouping.name_problem(named) if named else None
+    if name_problem:
+        return _deny(name_problem, "bad-group-annotation", None, [])
+    exclusive_problem = grouping.exclusive_requested(pod.annotations.get(keys.EXCLUSIVE_ANNOTATION))[1]
+    if exclusive_problem:
+        return _deny(exclusive_problem, "bad-exclusive-domain", None, [])
+    foreign = grouping.foreign_compute_domain(pod, catalog)
+    if foreign:
+        return _deny(foreign, "other-namespace", None, [])
     resolution = grouping.resolve(pod, catalog, policy)
     warnings = [clip(w, WARNING_MAX) for w in resolution.warnings]
     group = resolution.group
@@ -158,7 +191,10 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
                          "or remove it", "bad-group-annotation", None, warnings)
         if resolution.pending or grouping.unresolved_claims(pod, catalog):
             return _defer(obj, pod, policy, warnings)
-        return MutationResult(True, (), tuple(warnings))  # every claim is known and none makes a group
+        return MutationResult(True, (), _bounded(warnings))  # every claim is known and none makes a group
+    too_many = _too_many_node_terms(obj)
+    if too_many:
+        return _deny(too_many, "too-many-node-terms", group.id, warnings)
     if pod.node_name:
         node = nodes.get(pod.node_name)
         if node is None:
@@ -207,8 +243,8 @@ def mutate(obj: Mapping[str, Any], namespace: str, catalog: Catalog, nodes: Mapp
     if keys.MUTATED_ANNOTATION not in annotations:
         patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
     if not patch.ops:
-        return MutationResult(True, (), tuple(warnings), "", group.id, "unchanged", "already-mutated")
-    return MutationResult(True, tuple(patch.ops), tuple(warnings), "", group.id, "mutated", "patched")
+        return MutationResult(True, (), _bounded(warnings), "", group.id, "unchanged", "already-mutated")
+    return MutationResult(True, tuple(patch.ops), _bounded(warnings), "", group.id, "mutated", "patched")
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +298,7 @@ def _defer(obj: Mapping[str, Any], pod: Pod, policy: Policy, warnings: list[str]
     if keys.MUTATED_ANNOTATION not in pod.annotations:
         patch.add(("metadata", "annotations", keys.MUTATED_ANNOTATION), MUTATED_MARKER)
     outcome = "mutated" if patch.ops else "unchanged"
-    return MutationResult(True, tuple(patch.ops), tuple(warnings), "", None, outcome, "group-deferred")
+    return MutationResult(True, tuple(patch.ops), _bounded(warnings), "", None, outcome, "group-deferred")
 
 
 def _pack(obj: Mapping[str, Any], pod: Pod, catalog: Catalog, policy: Policy) -> MutationResult:

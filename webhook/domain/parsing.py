@@ -255,7 +255,7 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
         uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
         num_nodes=num,
         template=_str(rct.get("name"), f"{path}.spec.channel.resourceClaimTemplate.name") or None,
-        exclusive=annotations.get(keys.EXCLUSIVE_ANNOTATION, "").strip().lower() == "true",
+        exclusive=annotations.get(keys.EXCLUSIVE_ANNOTATION),
         spare_nodes=annotations.get(keys.SPARE_NODES_ANNOTATION),
         segment_size=annotations.get(keys.SEGMENT_SIZE_ANNOTATION),
         placement=annotations.get(keys.PLACEMENT_ANNOTATION),

@@ -15,6 +15,10 @@ PERMIT_MAX_WAIT = 300.0
 # that shows the bound pod to every replica.
 PERMIT_MARGIN = 60.0
 MIN_TTL = PERMIT_MAX_WAIT + PERMIT_MARGIN
+# Half the GPUs in NVLink domains: a job's controller creates its pods together, so what a namespace holds
+# for pods not yet created is a few members for a few seconds; half a cluster is never that, and the other
+# half stays free for everyone else.
+DEFAULT_MAX_RESERVED_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,10 @@ class Policy:
     # Admission sends GPU pods outside any group to the dedicated profile, whose extender packs them into
     # domains already in use (webhook.domain.plain_pods).
     pack_plain_gpu_pods: bool = False
+    # What a namespace without a GPU ResourceQuota may hold for pods it has not created: a number of GPUs,
+    # else a share of the GPUs in NVLink domains (webhook.domain.quotas).
+    max_reserved_gpus: int | None = None
+    max_reserved_share: float = DEFAULT_MAX_RESERVED_SHARE
 
     @property
     def affinity_topology_key(self) -> str:

@@ -79,10 +79,10 @@ def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[
     ctx = filtering.context(pod, snapshot, proposals, policy, now, holder)
     if ctx is None:
         return PreemptOutcome(tuple(candidates))
-    group = ctx.group
-    assert group is not None
     if ctx.resolution.problems:
         return _none_kept(candidates, ctx, "invalid-group")
+    group = ctx.group
+    assert group is not None
     after = without_victims(snapshot, candidates, victims, policy)
     source: PreemptReasonClass
     if ctx.proposal is not None:

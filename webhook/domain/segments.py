@@ -166,6 +166,21 @@ def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None
     return at_rank(group, size, per, pod, what, catalog)
 
 
+def outnumbered(group: Group, room: Mapping[str, int]) -> str | None:
+    """Why a job cut into more segments than the cluster's NVLink domains can hold is not planned, or None.
+    ``room``: members of the job's demand each domain holds when empty. Every segment is planned at the job's
+    first filter, so their number bounds its cost (20,000 of them took a /filter 2-3 s at 5,000 nodes)."""
+    seg = group.segment
+    if seg is None or seg.preferred:
+        return None
+    most = sum(pods // seg.size for pods in room.values())
+    if seg.count <= max(most, len(room)):  # no more than one a domain: the plan says why it fails, if it does
+        return None
+    return (f"{keys.SEGMENT_SIZE_ANNOTATION}={seg.size} cuts the job's {seg.job_size} pods into {seg.count} "
+            f"segments; the cluster's {len(room)} NVLink domains hold at most {most} segments of {seg.size} pods "
+            "even when empty")
+
+
 def at_rank(group: Group, size: int, per: int, pod: Pod, what: str,
             catalog: Catalog) -> tuple[Group, int | None, list[str]]:
     """The pod's segment of ``group`` cut into segments of ``per`` pods, by its rank."""

@@ -24,7 +24,7 @@ from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from webhook.domain.group_sources import TABLES, Table
-from webhook.domain.model import Catalog, ClaimSpec, ComputeDomain, Node, ObjectKey, Pod, Snapshot
+from webhook.domain.model import Catalog, ClaimSpec, ComputeDomain, GpuQuota, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.slices import SliceGpus
 from webhook.errors import WireError
@@ -38,7 +38,7 @@ from webhook.state.workload_tables import WorkloadTables
 from webhook.wire.fabric_attachment import Attachment, Phase
 
 KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice",
-         *workload_tables.KINDS)
+         "ResourceQuota", *workload_tables.KINDS)
 
 T = TypeVar("T")
 
@@ -67,6 +67,7 @@ class ClusterStore:
         self._node_index = NodeIndex(self._objects["Node"])
         self._imex_holds = ImexHolds()
         self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
+        self._gpu_quotas: dict[str, tuple[GpuQuota, ...]] = {}  # namespace -> its quotas' GPU lines
         self._index = PodIndex()
         self._assumed = AssumedBindings()  # pods this replica is binding, not yet bound in the watch
         self._fabric_free: dict[str, int] = {}
@@ -329,6 +330,14 @@ class ClusterStore:
             self._cds[new.uid] = new
         self._rederive(key[0])
 
+    def _quota_changed(self, kind: str, key: ObjectKey, old: GpuQuota | None, new: GpuQuota | None) -> None:
+        # Read only when a group is given a domain (webhook.domain.quotas): nothing else derives from it.
+        held = tuple(q for k, q in sorted(self._objects[kind].items()) if k[0] == key[0])
+        if held:
+            self._gpu_quotas[key[0]] = held
+        else:
+            self._gpu_quotas.pop(key[0], None)
+
     def _workload_changed(self, table: Table, key: ObjectKey, old: object, new: object) -> None:
         if old != new:  # a status-only update parses to the same object: nothing to derive again
             self._workloads.publish(table, key)
@@ -390,4 +399,5 @@ class ClusterStore:
             ended_groups=frozenset(index.ended),
             channel_nodes=self._node_index.channel_nodes(),
             imex_holds=self._imex_holds.view(),
+            gpu_quotas=dict(self._gpu_quotas),
         )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.domain import claim_parsing, parsing, slices
+from webhook.domain import claim_parsing, parsing, quotas, slices
 from webhook.domain.group_sources import TABLES, Table
 from webhook.domain.model import ObjectKey
 from webhook.domain.policy import Policy
@@ -48,6 +48,7 @@ ROWS: dict[str, Kind] = {
         _named, "_catalog_changed"),
     "ComputeDomain": Kind(lambda _, obj: parsing.compute_domain(obj), _named, "_cd_changed"),
     "Job": Kind(lambda _, obj: parsing.job(obj), _named, "_catalog_changed"),
+    "ResourceQuota": Kind(lambda policy, obj: quotas.resource_quota(obj, policy), _named, "_quota_changed"),
     **{table.label: _workload(table) for table in TABLES},
 }
 

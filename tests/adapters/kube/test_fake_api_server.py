@@ -31,7 +31,7 @@ def test_discovery_lists_every_resource_the_adapter_uses(fake: KubeFake, api: cl
         "coordination.k8s.io": "v1", "jobset.x-k8s.io": "v1alpha2", "events.k8s.io": "v1"}
     assert several <= set(groups)
     core = {r.name: r.namespaced for r in client.CoreV1Api(api).get_api_resources().resources}
-    assert core == {"nodes": False, "pods": True, "pods/binding": True}
+    assert core == {"nodes": False, "pods": True, "pods/binding": True, "resourcequotas": True}
 
     fake.uninstall("computedomains")
     groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}

@@ -39,6 +39,9 @@ def _pods(backend: KubeBackend) -> int:
 def test_caches_fill_from_the_initial_lists(fake: KubeFake, connect_backend: Connect) -> None:
     fake.seed(demo.objects())
     fake.create("jobs", {"metadata": {"name": "trainer", "namespace": "ml"}, "spec": {"parallelism": 4}})
+    fake.create("resourcequotas", {"metadata": {"name": "gpu", "namespace": "ml"},
+                                   "spec": {"hard": {"requests.nvidia.com/gpu": "16"}},
+                                   "status": {"used": {"requests.nvidia.com/gpu": "4"}}})
     fake.create("resourceslices", {"metadata": {"name": "hgx-00-gpus"}, "spec": {
         "driver": "gpu.nvidia.com", "nodeName": "hgx-00", "pool": {"name": "hgx-00", "generation": 1,
                                                                   "resourceSliceCount": 1},
@@ -49,11 +52,12 @@ def test_caches_fill_from_the_initial_lists(fake: KubeFake, connect_backend: Con
     counts = backend.store.raw_counts()
     assert counts == {"Node": len(demo.nodes()), "Pod": 4, "ResourceClaim": 0,
                       "ResourceClaimTemplate": len(demo.COMPUTE_DOMAINS), "ComputeDomain": len(demo.COMPUTE_DOMAINS),
-                      "Job": 1, "ResourceSlice": 1, **{kind: 0 for kind in workload_tables.KINDS}}
+                      "Job": 1, "ResourceSlice": 1, "ResourceQuota": 1, **{kind: 0 for kind in workload_tables.KINDS}}
     snapshot = backend.store.snapshot()
     assert snapshot.nodes["gb200-a-00"].domain == CLIQUE
     assert snapshot.nodes["hgx-00"].gpus == 8 + 2, "device-plugin GPUs plus the DRA slice's"
     assert len(snapshot.domains[CLIQUE]) == 18
+    assert [q.lines for q in snapshot.gpu_quotas["ml"]] == [(("requests.nvidia.com/gpu", 16, 4),)]
     assert fake.requests("list", "nodes") > 1  # the nodes came in pages
 
 

@@ -42,6 +42,7 @@ from webhook.adapters.kube.resources import (
     DOMAIN_RESERVATIONS,
     FABRIC_ATTACHMENTS,
     PODS,
+    RESOURCE_QUOTAS,
     Resource,
 )
 from webhook.adapters.kube.watch import Sink, Watcher
@@ -59,10 +60,11 @@ __all__ = ["KubeBackend", "KubeBinder", "KubeConfigError", "connect"]
 # NVIDIA's DRA driver installs the ComputeDomain CRD; a cluster without it still has annotated and
 # fabric groups to schedule, so its absence is an empty list, not a failure.
 OPTIONAL_KINDS = frozenset({COMPUTE_DOMAINS.kind, DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind,
-                            *workload_tables.KINDS})
+                            RESOURCE_QUOTAS.kind, *workload_tables.KINDS})
 # They only refine groups: an operator who grants no access to them (403) loses that refinement, not the
-# service's readiness.
-FORBIDDEN_OK_KINDS = frozenset(workload_tables.KINDS)
+# service's readiness. Without ResourceQuotas (an upgrade that kept the older RBAC), what a namespace may hold
+# for pods not created is bounded by --max-reserved-gpus-per-namespace alone (webhook.domain.quotas).
+FORBIDDEN_OK_KINDS = frozenset({*workload_tables.KINDS, RESOURCE_QUOTAS.kind})
 RECONCILER_LEASE = "imex-webhook-reconciler"
 STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together
 # Fifteen long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding

@@ -44,12 +44,15 @@ LEASES = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
 FABRIC_ATTACHMENTS = Resource(fa.KIND, fa.GROUP, fa.VERSION, fa.PLURAL, False)
 DOMAIN_RESERVATIONS = Resource(dr.KIND, dr.GROUP, dr.VERSION, dr.PLURAL, False)
 COMPUTE_DOMAINS = Resource("ComputeDomain", "resource.nvidia.com", "v1beta1", "computedomains", True)
+# What a namespace may still request bounds what it may reserve for pods not created (webhook.domain.quotas).
+RESOURCE_QUOTAS = Resource("ResourceQuota", "", "v1", "resourcequotas", True)
 
 # What the extender's ClusterStore is fed from, one watch each (webhook.adapters.kube.backend).
 CLUSTER_RESOURCES = (
     NODES,
     PODS,
     Resource("Job", "batch", "v1", "jobs", True),
+    RESOURCE_QUOTAS,
     Resource("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
     Resource("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
     COMPUTE_DOMAINS,
