@@ -1,15 +1,18 @@
-"""A HEAD request costs no log line, whoever answers it, and still gets the head GET would get (JSON).
+"""A HEAD request costs at most a rate-limited log line, whoever answers it, and still gets the head GET
+would get (JSON).
 
-Through the real server over TLS, with ``--client-ca`` as in a cluster. The caller check answers a stranger
-ahead of Flask, with the GET body; gunicorn dropped that body on a HEAD with a WARNING line each time, so
-a client could write the log as fast as it sent HEADs (500 lines for 500 HEADs). ``/%66ilter`` is
-``/filter`` to the router: the poller leaves it to the app's check, which answers on the kept-alive
-connection."""
+Through the real server over TLS, with ``--client-ca`` as in a cluster. The caller check answered a
+stranger ahead of Flask with the GET body; gunicorn dropped that body on a HEAD with a WARNING line each
+time, so a client could write the log as fast as it sent HEADs (500 lines for 500 HEADs of ``/%66ilter``).
+Now the poller refuses the stranger on its head (``/%66ilter`` is ``/filter`` to it as to the router) and
+logs the refusal as a dropped connection, 20 lines at once and 2 a second after that; nothing answers a
+HEAD with a body."""
 
 from __future__ import annotations
 
 import http.client
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,17 +53,22 @@ def _warnings(text: str) -> list[str]:
     return [line for line in text.splitlines() if "WARNING" in line or "ERROR" in line]
 
 
-def test_many_heads_refused_by_the_caller_check_log_nothing(served: serving.Served) -> None:
+@pytest.mark.parametrize("path", ["/filter", "/%66ilter"])
+def test_many_heads_refused_by_the_caller_check_log_a_rate_limited_line(served: serving.Served, path: str) -> None:
     start = len(served.output())
+    began = time.monotonic()
     conn = _connection(served)
     try:
         for _ in range(HEADS):
-            reply = _head(conn, "/%66ilter")
+            reply = _head(conn, path)
             assert reply.status == 403 and reply.getheader("Content-Type") == "application/json"
             assert int(reply.getheader("Content-Length") or 0) > 0  # the length of the JSON GET would get
     finally:
         conn.close()
-    assert _warnings(served.output()[start:]) == []
+    lines = _warnings(served.output()[start:])
+    assert not [line for line in lines if "no-body response" in line]
+    assert all("refused-caller" in line or "not logged" in line for line in lines), lines[:3]
+    assert len(lines) <= 20 + 2 * (time.monotonic() - began) + 2, len(lines)
 
 
 def test_the_schedulers_heads_get_their_json_heads_and_log_nothing(served: serving.Served, pki: serving.Pki) -> None:

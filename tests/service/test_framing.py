@@ -188,6 +188,8 @@ def test_a_cr_at_the_end_of_what_arrived_is_not_yet_bare() -> None:
     (b"POST https://imex-webhook.imex-system.svc/prioritize HTTP/1.1", "/prioritize"),
     (b"GET healthz HTTP/1.1", ""),
     (b"GET /a b HTTP/1.1", ""),
+    (b"POST /%66ilter HTTP/1.1", "/filter"),  # percent-decoded, as PATH_INFO
+    (b"POST /%2F%2Fbind%2F HTTP/1.1", "/bind"),
 ])
 def test_the_route_path_is_the_one_the_router_sees(line: bytes, path: str) -> None:
     assert framing.route_path(line) == path

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
 
 from webhook.errors import ImexWebhookError
 from webhook.wire.addresses import normalized
@@ -57,14 +58,17 @@ class Head:
 
 
 def route_path(request_line: bytes) -> str:
-    """The path of a request line's target, slashes merged as the router does; "" when there is none."""
+    """The path of a request line's target, percent-decoded and slashes merged as the router does ("" when
+    there is none): ``/%66ilter`` is the router's ``/filter``, and must meet its caller check and body limit."""
     parts = request_line.split(b" ")
     if len(parts) != 3:
         return ""
     target = parts[1].split(b"?", 1)[0].split(b"#", 1)[0].decode("latin-1")
     if target.startswith(("http://", "https://")):  # absolute form: the path after the authority
         target = "/" + target.split("://", 1)[1].partition("/")[2]
-    return normalized(target) if target.startswith("/") else ""
+    if not target.startswith("/"):
+        return ""
+    return normalized(unquote_to_bytes(target).decode("latin-1"))  # PATH_INFO as gunicorn makes it
 
 
 def find_head(buf: bytes | bytearray, limit: int, start: int = 0,
