@@ -660,7 +660,7 @@ class KubeFake:
         return path
 
 
-def eventually(check: Callable[[], T], timeout: float = 5.0, what: str = "") -> T:
+def eventually(check: Callable[[], T], timeout: float = 60.0, what: str = "") -> T:
     """Poll ``check`` until it returns something truthy and return that; fail the test on timeout."""
     deadline = time.monotonic() + timeout
     while True:

@@ -222,12 +222,12 @@ def test_a_watched_release_is_refused_while_a_process_holds_the_device_then_comp
         runner = threading.Thread(target=agent.run, args=(stopping, 0.1), daemon=True)
         runner.start()
         try:
-            eventually(lambda: _stored(cluster, "fa-3").phase is fa.Phase.READY, timeout=10, what="Ready")
+            eventually(lambda: _stored(cluster, "fa-3").phase is fa.Phase.READY, what="Ready")
             node.sim.open_device(88, "dcgm-exporter", "/dev/nvidia3")  # c2's device node, held without a context
             _put(cluster, dataclasses.replace(_stored(cluster, "fa-3"), phase=fa.Phase.RELEASING))
 
             refused = eventually(lambda: _stored(cluster, "fa-3").condition(fa.RELEASED_CONDITION),
-                                 timeout=10, what="Released=False")
+                                 what="Released=False")
             assert refused is not None
             assert (refused.status, refused.reason) == ("False", "InUse")
             assert refused.message == f"{C2[0]} ({C2[1]}) is in use by pid 88 (dcgm-exporter)"
@@ -236,7 +236,7 @@ def test_a_watched_release_is_refused_while_a_process_holds_the_device_then_comp
             assert [g["pci"] for g in doc["gpus"] if g.get("releasing")] == [C1[1], C2[1]]
 
             node.sim.end_process(88)
-            eventually(lambda: _stored(cluster, "fa-3").released, timeout=10, what="Released=True")
+            eventually(lambda: _stored(cluster, "fa-3").released, what="Released=True")
             eventually(lambda: (cluster.get("nodes", None, NODE) or {})["status"]["allocatable"][keys.GPU_RESOURCE]
                        == "2", what="the device plugin re-counted after the release")
         finally:

@@ -118,7 +118,7 @@ def test_a_task_that_never_finishes_is_reported_and_rolled_back(served: serving.
     _, reply = schedule(served, pod_body("stuck"))
     assert "phase Composing" in reply["Error"] and "the scheduler retries" in reply["Error"]
     admin(sim, "/admin/faults", {"stuck_tasks": False})
-    eventually(lambda: attachments(served) == [] and composed(sim) == {}, timeout=15,
+    eventually(lambda: attachments(served) == [] and composed(sim) == {},
                what="the stuck attach rolled back past the attach timeout")
     assert 'action="rolled-back"' in served.get("/metrics").text
 
@@ -130,10 +130,10 @@ def test_a_block_composed_without_an_attachment_is_recovered(served: serving.Ser
     reply = requests.post(sim.url + "/redfish/v1/Systems/fab-02/Actions/ComputerSystem.AddResourceBlock",
                           json=target, auth=AUTH, timeout=10)
     assert reply.status_code in (200, 202, 204), reply.text
-    eventually(lambda: composed(sim) != {}, timeout=5)
-    eventually(lambda: composed(sim) == {}, timeout=15, what="the orphan released after its grace period")
+    eventually(lambda: composed(sim) != {})
+    eventually(lambda: composed(sim) == {}, what="the orphan released after its grace period")
     # Counted once the reconciler's detach call returns, a moment after the simulator let the block go.
-    eventually(lambda: 'action="orphan-detached"' in served.get("/metrics").text, timeout=5,
+    eventually(lambda: 'action="orphan-detached"' in served.get("/metrics").text,
                what="the recovery counted")
 
 
@@ -142,7 +142,7 @@ def test_two_pods_racing_for_the_last_free_block_one_binds_the_other_is_told_why
     blocks = list(admin(sim, "/admin/state")["blocks"])
     for block in blocks[2:]:
         admin(sim, f"/admin/blocks/{block}", {"state": "Unavailable"})
-    eventually(lambda: served.get("/inspect").json()["fabricFree"].get("pcie-pool-1") == 2, timeout=5)
+    eventually(lambda: served.get("/inspect").json()["fabricFree"].get("pcie-pool-1") == 2)
     bodies = [pod_body(f"racer-{i}", gpus=2) for i in range(2)]
     for body in bodies:  # two free blocks: each pod's filter finds room for its one attached GPU
         assert served.post("/filter", body).json()["NodeNames"]
@@ -159,7 +159,7 @@ def test_two_pods_racing_for_the_last_free_block_one_binds_the_other_is_told_why
     errors = sorted(r["Error"] for r in replies)
     assert errors[0] == "" and errors[1], replies
     assert any(word in errors[1] for word in ("free GPU blocks", "ResourceBlockInUse", "in use")), errors[1]
-    eventually(lambda: len(composed(sim)) == 1, timeout=10, what="exactly one block composed, nothing leaked")
+    eventually(lambda: len(composed(sim)) == 1, what="exactly one block composed, nothing leaked")
 
 
 def test_no_block_is_left_composed_without_an_attachment(served: serving.Served, sim: RunningSim) -> None:
@@ -173,7 +173,7 @@ def test_no_block_is_left_composed_without_an_attachment(served: serving.Served,
         owned = {b["id"].rsplit("/", 1)[-1] for a in attachments(served) for b in a["blocks"]}
         return len([b for b in composed(sim) if b not in owned])
 
-    eventually(lambda: leaks() == 0, timeout=15, what="no leaked block")
+    eventually(lambda: leaks() == 0, what="no leaked block")
 
 
 def test_a_fabric_manager_that_refuses_basic_is_served_through_one_session_logged_out_at_exit(
@@ -191,7 +191,7 @@ def test_a_fabric_manager_that_refuses_basic_is_served_through_one_session_logge
             during = admin(sim, "/admin/state")["sessions"]
             assert (during["open"], during["logins"], during["refused_tokens"]) == (1, 1, 0)
             sim.simulator.sessions.drop_all()  # the fabric manager restarts: every token is void at once
-            eventually(lambda: admin(sim, "/admin/state")["sessions"]["logins"] == 2, timeout=10,
+            eventually(lambda: admin(sim, "/admin/state")["sessions"]["logins"] == 2,
                        what="one new login after the restart")
             _, reply = schedule(served, pod_body("after-restart"))
             assert reply == {"Error": ""}, reply

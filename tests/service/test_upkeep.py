@@ -51,7 +51,7 @@ def test_a_deleted_group_is_released_and_the_group_waiting_for_its_domain_retrie
     try:
         for pod in first:
             engine.store.apply("Pod", "DELETED", builders.pod(pod.name, "first"))
-        eventually(lambda: kept.pods == ["second-0", "second-1"], timeout=30, what="the waiting group retried")
+        eventually(lambda: kept.pods == ["second-0", "second-1"], what="the waiting group retried")
         assert [r.group_name for r in engine.reservations.all().values()] == [], "the first group's domain freed"
     finally:
         upkeep.stop()
@@ -77,7 +77,7 @@ def test_a_pass_that_raises_does_not_stop_the_worker_and_stop_ends_it() -> None:
     upkeep = Upkeep(engine, HOUR, None).start()
     for i in range(3):
         engine.reservations.reserve(Reservation(f"ann:ml/g{i}", f"g{i}", "ml", RACK, 1, 4, False, 1.0))
-        eventually(lambda i=i: failing.calls > i, timeout=30, what=f"pass {i + 1}")
+        eventually(lambda i=i: failing.calls > i, what=f"pass {i + 1}")
     assert failing.done.is_set()
     upkeep.stop()
     assert not upkeep._thread.is_alive()

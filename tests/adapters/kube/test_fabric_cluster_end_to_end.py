@@ -109,7 +109,7 @@ def test_a_fabric_pod_binds_after_the_node_agent_hot_adds_and_everything_is_rele
                            "--fabric-credentials", str(creds), "--fabric-refresh", "0.3",
                            "--bind-budget", "15") as served, _agent(fake, kubeconfig, tmp_path):
             eventually(lambda: keys.INVENTORY_ANNOTATION in (fake.get("nodes", None, NODE) or {})
-                       .get("metadata", {}).get("annotations", {}), timeout=15, what="the agent published")
+                       .get("metadata", {}).get("annotations", {}), what="the agent published")
             args = {"Pod": pod, "Nodes": None, "NodeNames": [NODE]}
             assert served.post("/filter", args).json()["NodeNames"] == [NODE]
             bind = {"PodName": "fabric-pod", "PodNamespace": "ml", "PodUID": pod["metadata"]["uid"], "Node": NODE}
@@ -122,7 +122,7 @@ def test_a_fabric_pod_binds_after_the_node_agent_hot_adds_and_everything_is_rele
             assert kubelet.restarts == 1  # the device plugin on this node, and nothing else, was refreshed
             # The job ends: the pod is deleted, so its GPUs go back to the fabric.
             fake.delete("pods", "ml", "fabric-pod")
-            eventually(lambda: fake.items("fabricattachments") == [], timeout=30,
+            eventually(lambda: fake.items("fabricattachments") == [],
                        what="released by the agent, detached and deleted")
             assert not any(b.get("system") for b in _state(sim)["blocks"].values())
     finally:

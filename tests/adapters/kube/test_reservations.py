@@ -69,7 +69,7 @@ def test_a_reservation_survives_an_api_server_restart_and_a_new_backend(fake: Ku
     first.reservations.placed(stored.group_id, 1_700_000_100.5)
 
     fake.restart(down_for=0.1)
-    eventually(lambda: fake.watches(DR) == 1, timeout=10, what="watch re-established after the restart")
+    eventually(lambda: fake.watches(DR) == 1, what="watch re-established after the restart")
     kept = first.reservations.all()["ann:ml/job-1"]
     assert (kept.domain, kept.placed_at) == ("clique-a.1", 1_700_000_100.5)
     first.stop()

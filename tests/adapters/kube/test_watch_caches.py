@@ -129,7 +129,7 @@ def test_a_410_gone_relists_and_the_cache_ends_up_correct(fake: KubeFake, backen
 
 def test_a_watch_the_server_ends_is_resumed_without_relisting(fake: KubeFake, connect_backend: Connect) -> None:
     backend = connect_backend(watch=WatchSettings(timeout=1))
-    eventually(lambda: fake.requests("watch", "nodes") >= 2, timeout=5, what="a second watch")
+    eventually(lambda: fake.requests("watch", "nodes") >= 2, what="a second watch")
 
     fake.create("nodes", builders.node("late", domain=CLIQUE))
     eventually(lambda: "late" in backend.store.snapshot().nodes, what="event on the resumed watch")
@@ -145,7 +145,7 @@ def test_the_caches_recover_after_the_api_server_restarts(fake: KubeFake, backen
     time.sleep(0.2)
     fake.start()
 
-    eventually(lambda: "while-down" in backend.store.snapshot().nodes, timeout=10, what="relist after restart")
+    eventually(lambda: "while-down" in backend.store.snapshot().nodes, what="relist after restart")
     assert backend.ready()[0]
 
 

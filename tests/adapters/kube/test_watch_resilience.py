@@ -161,7 +161,7 @@ def test_a_stalled_watch_turns_readyz_false_with_the_kind_and_recovers(
     assert "Pod watch has made no progress for" in detail and "more than 0.5s" in detail
     assert "Node" not in detail  # the other watches are idle but healthy
 
-    eventually(lambda: app.test_client().get("/readyz").status_code == 200, timeout=10,
+    eventually(lambda: app.test_client().get("/readyz").status_code == 200,
                what="ready again after the relist")
     assert fake.requests("list", "pods") == 2
     fake.create("pods", builders.pod("after", gpus=1))
