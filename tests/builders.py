@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.engine.engine import Engine
 from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 
@@ -90,3 +91,15 @@ def allocated_claim(name: str, node: str, cd_uid: str | None, target: str = "Wor
                 "deviceClassName": keys.DEFAULT_CHANNEL_DEVICE_CLASSES[0]}}]}},
             "status": {"allocation": {"devices": {"results": [
                 {"request": "r", "driver": keys.COMPUTE_DOMAIN_DRIVER, "pool": node, "device": device}]}}}}
+
+
+class _Backend(Protocol):
+    store: ClusterStore
+    reservations: Any
+    binder: Any
+
+
+def engine(backend: _Backend, policy: Policy | None = None, **options: Any) -> Engine:
+    """The Engine over a backend's cache, reservations and binder, as the composition root wires it; the one
+    place tests build it, so a constructor change is one edit. ``options``: the Engine's keyword arguments."""
+    return Engine(backend.store, backend.reservations, backend.binder, policy or Policy(), **options)

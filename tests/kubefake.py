@@ -47,7 +47,7 @@ import attrs
 import kmock
 import pytest
 
-from webhook.domain.patches import merge_patch
+from webhook.domain.admission.patches import merge_patch
 
 T = TypeVar("T")
 Obj = dict[str, Any]

@@ -38,8 +38,9 @@ import yaml
 from tests import admission_support, serving
 from tests.e2e import objects
 from webhook.demo import cluster as demo
-from webhook.domain import keys, node_labels
+from webhook.domain import keys
 from webhook.domain.policy import Policy
+from webhook.domain.reading import node_labels
 from webhook.service import deploy
 from webhook.sim import cycle
 from webhook.sim.cycle.claims import parse_claim

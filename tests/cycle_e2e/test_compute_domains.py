@@ -13,7 +13,8 @@ from typing import Any
 from tests import admission_support
 from tests.cycle_e2e import harness as h
 from tests.e2e import objects
-from webhook.domain import keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import mutating
 from webhook.service import deploy
 from webhook.sim import cycle
 

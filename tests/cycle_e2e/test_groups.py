@@ -9,7 +9,8 @@ from tests import admission_support
 from tests.cycle_e2e import harness as h
 from tests.e2e import objects
 from webhook.demo import cluster as demo
-from webhook.domain import keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import mutating
 from webhook.service import deploy
 from webhook.sim import cycle
 

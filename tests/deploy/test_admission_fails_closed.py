@@ -11,7 +11,8 @@ import celpy
 import pytest
 import yaml
 
-from webhook.domain import keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import mutating
 
 MANIFEST = Path(__file__).parents[2] / "manifests" / "mutating-webhook.yaml"
 

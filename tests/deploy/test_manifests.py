@@ -20,6 +20,7 @@ import yaml
 
 from certs import cli as certs_cli
 from certs import issue
+from tests import builders
 from webhook.domain import keys, requeue
 from webhook.domain.policy import Policy
 from webhook.service import deploy, settings
@@ -83,13 +84,12 @@ def test_the_scheduler_config_map_is_the_rendered_source_of_truth() -> None:
 def test_the_extender_verbs_are_routes_serve_answers_with_post() -> None:
     from webhook.adapters import embedded
     from webhook.demo import cluster as demo
-    from webhook.engine.engine import Engine
     from webhook.http.app import create_app
     from webhook.state.cluster import ClusterStore
 
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
-    app = create_app(Engine(store, backend.reservations, backend.binder, Policy()), backend)
+    app = create_app(builders.engine(backend), backend)
     routes = {rule.rule: rule.methods for rule in app.url_map.iter_rules()}
     (extender,) = deploy.scheduler_config()["extenders"]
     for key in ("filterVerb", "prioritizeVerb", "bindVerb"):

@@ -14,9 +14,9 @@ from prometheus_client import generate_latest
 from tests import builders
 from tests.concurrency import run_together
 from tests.deploy.test_metrics_view import BUSY, NOW, RACK, Samples, engine_for, group_pods, reservation, scrape, viewed
-from webhook.domain import parsing
-from webhook.domain.figures import FIT_SIZES
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
+from webhook.domain.views.figures import FIT_SIZES
 
 
 def fits(samples: Samples) -> dict[str, dict[int, float]]:

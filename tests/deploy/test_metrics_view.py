@@ -19,11 +19,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests import builders, serving
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.memory import MemoryAttachmentStore, MemoryReservationStore
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.fabric_plan import Timeouts
-from webhook.domain.figures import MAX_EVALUATED, WAITING_REASONS
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
+from webhook.domain.views.figures import MAX_EVALUATED, WAITING_REASONS
 from webhook.engine.engine import Engine
 from webhook.engine.reconciler import Reconciler
 from webhook.errors import DecisionError

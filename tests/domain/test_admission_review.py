@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests import admission_support as support
-from webhook.domain import admission_review
-from webhook.domain.mutating import MutationResult
+from webhook.domain.admission import admission_review
+from webhook.domain.admission.mutating import MutationResult
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
 from webhook.wire import admission

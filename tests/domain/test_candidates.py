@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import builders
-from webhook.domain import candidates, filtering, parsing
-from webhook.domain.candidates import DERIVED, NO_DOMAIN, OUTSIDE_DOMAIN, CheckedNames, Reasons
+from webhook.domain.decisions import filtering
 from webhook.domain.model import Group, GroupKind, Node
+from webhook.domain.placement import candidates
+from webhook.domain.placement.candidates import DERIVED, NO_DOMAIN, OUTSIDE_DOMAIN, CheckedNames, Reasons
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.state.node_sets import NodeSets
 
 POLICY = Policy()

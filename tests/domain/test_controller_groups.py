@@ -10,10 +10,12 @@ import pytest
 
 from tests import builders
 from tests import controller_objects as co
-from webhook.domain import grouping, keys, parsing
+from webhook.domain import keys
+from webhook.domain.groups import grouping
 from webhook.domain.model import GroupKind, GroupResolution
 from webhook.domain.policy import Policy
-from webhook.domain.workload_refs import lws_group_key
+from webhook.domain.reading import parsing
+from webhook.domain.reading.workload_refs import lws_group_key
 
 POLICY = Policy()
 GPU = co.pod_spec(claim_template=co.GPU_TEMPLATE)  # a DRA GPU claim, as GB200 pods ask for GPUs

@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import claim_parsing, filtering, grouping, keys, parsing, placement
+from webhook.domain import keys
+from webhook.domain.decisions import filtering
+from webhook.domain.groups import grouping
 from webhook.domain.model import Demand, Reservation
+from webhook.domain.placement import placement
 from webhook.domain.policy import Policy
+from webhook.domain.reading import claim_parsing, parsing
 from webhook.errors import WireError
 from webhook.sim.dra_objects import channel_slice
 

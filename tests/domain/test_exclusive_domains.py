@@ -1,8 +1,8 @@
-"""One IMEX domain per NVLink domain, when asked (webhook.domain.exclusive): an exclusive ComputeDomain's group
-gets only a domain no other ComputeDomain uses (running pods, a held node, a live reservation), keeps other
-ComputeDomains out while it holds one (their reason names it), leaves groups without a ComputeDomain alone;
-the annotation on the ComputeDomain, on the pods, or --exclusive-domains turn it on; a choice recorded next
-to an exclusive holder fails the arbiter's test."""
+"""One IMEX domain per NVLink domain, when asked (webhook.domain.placement.exclusive): an exclusive ComputeDomain's
+group gets only a domain no other ComputeDomain uses (running pods, a held node, a live reservation), keeps
+other ComputeDomains out while it holds one (their reason names it), leaves groups without a ComputeDomain
+alone; the annotation on the ComputeDomain, on the pods, or --exclusive-domains turn it on; a choice recorded
+next to an exclusive holder fails the arbiter's test."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import exclusive, filtering, grouping, keys, parsing, placement
+from webhook.domain import keys
+from webhook.domain.decisions import filtering
+from webhook.domain.groups import grouping
 from webhook.domain.model import Demand, Reservation
+from webhook.domain.placement import exclusive, placement
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 
 A, B, C = "aaaa-1111.7", "bbbb-2222.7", "cccc-3333.7"
 NOW = 1000.0

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import filtering, health, keys, parsing
+from webhook.domain import health, keys
+from webhook.domain.decisions import filtering
 from webhook.domain.health import HealthPolicy
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 
 A, B = "aaaa-1111.7", "bbbb-2222.7"

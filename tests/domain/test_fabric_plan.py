@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tests import builders
-from webhook.domain import parsing
 from webhook.domain.fabric_plan import Act, Timeouts, plan
+from webhook.domain.reading import parsing
 from webhook.wire.fabric_attachment import Attachment, Block, Condition, Phase
 
 NOW = 10_000.0

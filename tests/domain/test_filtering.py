@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import filtering, keys, parsing, placement
+from webhook.domain import keys
+from webhook.domain.decisions import filtering
 from webhook.domain.model import Reservation
+from webhook.domain.placement import placement
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import DecisionError
 
 POLICY = Policy()

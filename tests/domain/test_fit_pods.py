@@ -1,4 +1,4 @@
-"""Free slots per domain (webhook.domain.figures.fit_pods, largest_group_fits): how many pods of 1, 2 and 4
+"""Free slots per domain (webhook.domain.views.figures.fit_pods, largest_group_fits): how many pods of 1, 2 and 4
 GPUs one new group could be given in each domain now, with other groups' live reservations taken out,
 fabric GPUs counted as the decision counts them; and, for every case, the figure is the one /filter acts
 on: a group of that many pods gets the domain, one pod more does not."""
@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 
 from tests import builders as b
-from webhook.domain import figures, filtering, keys, parsing
+from webhook.domain import keys
+from webhook.domain.decisions import filtering
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
+from webhook.domain.views import figures
 
 NOW = 50_000.0
 A, B = "aaaa-1111.7", "bbbb-2222.7"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.domain.capacity import Verdict, node_fit
 from webhook.domain.model import Catalog, Demand, Node, Snapshot
+from webhook.domain.placement.capacity import Verdict, node_fit
 
 
 def _node(plugin: int, dra: int, slots: int = 0) -> Node:

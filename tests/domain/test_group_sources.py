@@ -1,4 +1,4 @@
-"""The group sources' one ordered tuple (webhook.domain.group_sources): every table feeds a mapping of the
+"""The group sources' one ordered tuple (webhook.domain.groups.group_sources): every table feeds a mapping of the
 Catalog, the store names its tables as operators have always seen them, and an object read from a file
 goes to the table of its API group."""
 
@@ -8,8 +8,8 @@ from dataclasses import fields
 
 import pytest
 
-from webhook.domain import group_sources
-from webhook.domain.group_sources import GVK, TABLES
+from webhook.domain.groups import group_sources
+from webhook.domain.groups.group_sources import GVK, TABLES
 from webhook.domain.model import Catalog
 
 

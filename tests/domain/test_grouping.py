@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import grouping, keys, parsing
+from webhook.domain import keys
+from webhook.domain.groups import grouping
 from webhook.domain.model import GroupKind
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 
 POLICY = Policy()
 

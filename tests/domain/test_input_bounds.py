@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import claim_parsing, grouping, keys, parsing
+from webhook.domain import keys
+from webhook.domain.groups import grouping
 from webhook.domain.model import Catalog
 from webhook.domain.policy import Policy
+from webhook.domain.reading import claim_parsing, parsing
 from webhook.errors import WireError
 from webhook.service.settings import FabricSettings, Settings
 from webhook.wire.fields import LABEL_VALUE_MAX, NAME_MAX

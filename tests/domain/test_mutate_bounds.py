@@ -17,8 +17,9 @@ import pytest
 
 from tests import admission_support as support
 from tests import builders
-from webhook.domain import keys, mutating
-from webhook.domain.mutating import MAX_NODE_SELECTOR_TERMS, WARNING_MAX, WARNINGS_MAX, MutationResult
+from webhook.domain import keys
+from webhook.domain.admission import mutating
+from webhook.domain.admission.mutating import MAX_NODE_SELECTOR_TERMS, WARNING_MAX, WARNINGS_MAX, MutationResult
 from webhook.domain.policy import Policy
 
 POLICY = Policy()

@@ -29,8 +29,9 @@ import pytest
 from tests import admission_support as support
 from tests import builders
 from webhook.demo import cluster as demo
-from webhook.domain import keys, mutating
-from webhook.domain.mutating import GROUP_ID_ANNOTATION, MutationResult
+from webhook.domain import keys
+from webhook.domain.admission import mutating
+from webhook.domain.admission.mutating import GROUP_ID_ANNOTATION, MutationResult
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
 
@@ -590,7 +591,7 @@ def test_might_be_group_matches_the_webhook_match_conditions_on_any_input(obj: A
     assert mutating.might_be_group(obj) is expected
 
 
-# --pack-plain-gpu-pods (webhook.domain.plain_pods): a GPU pod in no group goes to the dedicated profile.
+# --pack-plain-gpu-pods (webhook.domain.placement.plain_pods): a GPU pod in no group goes to the dedicated profile.
 PACK = Policy(pack_plain_gpu_pods=True)
 
 

@@ -13,8 +13,9 @@ from typing import Any
 from tests import admission_support as support
 from tests import builders
 from tests import controller_objects as co
-from webhook.domain import keys, mutating
-from webhook.domain.mutating import GROUP_ID_ANNOTATION, MutationResult
+from webhook.domain import keys
+from webhook.domain.admission import mutating
+from webhook.domain.admission.mutating import GROUP_ID_ANNOTATION, MutationResult
 from webhook.domain.policy import Policy
 
 POLICY = Policy()

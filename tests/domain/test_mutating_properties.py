@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from tests import admission_support as support
 from webhook.demo import cluster as demo
-from webhook.domain import keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import mutating
 from webhook.domain.policy import Policy
 
 POLICY = Policy()

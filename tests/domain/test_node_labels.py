@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import keys, node_labels, parsing
-from webhook.domain.patches import merge_patch
+from webhook.domain import keys
+from webhook.domain.admission.patches import merge_patch
 from webhook.domain.policy import Policy
+from webhook.domain.reading import node_labels, parsing
 from webhook.errors import WireError
 
 DOMAIN = keys.DOMAIN_LABEL

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests import builders
-from webhook.domain import claim_parsing, keys, parsing
+from webhook.domain import keys
+from webhook.domain.reading import claim_parsing, parsing
 from webhook.errors import WireError
 
 

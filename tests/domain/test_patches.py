@@ -9,7 +9,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.domain.patches import PatchBuilder, escape, pointer
+from webhook.domain.admission.patches import PatchBuilder, escape, pointer
 from webhook.errors import WireError
 
 

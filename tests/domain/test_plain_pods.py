@@ -1,5 +1,5 @@
-"""GPU pods outside any group (webhook.domain.plain_pods). At filter a node without room for their device-plugin
-GPUs fails, with why (in fabric mode the dedicated profile leaves ``nvidia.com/gpu`` to the extender, so
+"""GPU pods outside any group (webhook.domain.placement.plain_pods). At filter a node without room for their
+device-plugin GPUs fails, with why (in fabric mode the dedicated profile leaves ``nvidia.com/gpu`` to the extender, so
 nothing else would check). At prioritize they are packed: used racks first (those one group holds most of
 last among them), fullest tray first; whole free racks, racks held for a group and composable nodes last."""
 
@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import filtering, parsing, plain_pods, scoring
+from webhook.domain.decisions import filtering, scoring
 from webhook.domain.model import Reservation
+from webhook.domain.placement import plain_pods
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 
 POLICY = Policy()
 A = "aaaa-1111.7"

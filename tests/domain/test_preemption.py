@@ -13,9 +13,11 @@ import pytest
 
 from tests import builders
 from webhook.demo import cluster as demo
-from webhook.domain import keys, parsing, preemption
+from webhook.domain import keys
+from webhook.domain.decisions import preemption
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 from webhook.wire.fabric_attachment import Attachment, Phase
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.domain import quantity
-from webhook.domain.parsing import count
-from webhook.domain.quantity import BAD_NUMBER, BAD_SUFFIX, FORMAT_WRONG, MAX_INT64, QuantityError
+from webhook.domain.reading import quantity
+from webhook.domain.reading.parsing import count
+from webhook.domain.reading.quantity import BAD_NUMBER, BAD_SUFFIX, FORMAT_WRONG, MAX_INT64, QuantityError
 from webhook.errors import WireError
 
 E = Decimal

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests import builders
-from webhook.domain import binding, parsing, scoring
+from webhook.domain.decisions import binding, scoring
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import DecisionError
 
 POLICY = Policy()

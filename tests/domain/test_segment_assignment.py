@@ -1,4 +1,4 @@
-"""A member without a rank is given a segment (webhook.domain.segment_assignment): the first segment in
+"""A member without a rank is given a segment (webhook.domain.jobs.segment_assignment): the first segment in
 index order with fewer members than pods, counting the segments this process gave and the cache does not
 show yet, the pod's own earlier segment kept, and a clear reason when the job has every member already."""
 
@@ -9,8 +9,11 @@ from dataclasses import replace
 import pytest
 
 from tests import builders
-from webhook.domain import keys, parsing, segment_assignment, segments
+from webhook.domain import keys
+from webhook.domain.groups import segments
+from webhook.domain.jobs import segment_assignment
 from webhook.domain.model import Group, Pod, Snapshot
+from webhook.domain.reading import parsing
 
 JOB = f"cd:{builders.cd_uid('job')}"
 

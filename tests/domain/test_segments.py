@@ -1,4 +1,4 @@
-"""Jobs larger than one NVLink domain (webhook.domain.segments, segment_plan): a member's segment from its
+"""Jobs larger than one NVLink domain (webhook.domain.groups.segments, segment_plan): a member's segment from its
 rank, and the plan that puts every segment wholly in one domain, in as few domains as possible, under one
 network block, before anything is reserved."""
 
@@ -9,9 +9,14 @@ from typing import Any
 import pytest
 
 from tests import builders, controller_objects
-from webhook.domain import filtering, grouping, keys, mutating, parsing, segment_plan, segments
+from webhook.domain import keys
+from webhook.domain.admission import mutating
+from webhook.domain.decisions import filtering
+from webhook.domain.groups import grouping, segments
+from webhook.domain.jobs import segment_plan
 from webhook.domain.model import Demand, Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 
 BLOCK = "network.example.com/block"
 SPINE = "network.example.com/spine"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.domain.slices import SliceGpus, resource_slice
+from webhook.domain.reading.slices import SliceGpus, resource_slice
 from webhook.errors import WireError
 
 DRIVERS = ("gpu.nvidia.com",)

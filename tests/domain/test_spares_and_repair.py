@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import grouping, keys, parsing, placement, repair, spares
+from webhook.domain import keys
+from webhook.domain.groups import grouping, spares
 from webhook.domain.model import Demand, Reservation, Snapshot
+from webhook.domain.placement import placement, repair
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 from webhook.wire import domain_reservation as wire
 

@@ -16,9 +16,12 @@ import pytest
 
 from tests import builders
 from webhook.demo import cluster as demo
-from webhook.domain import binding, filtering, grouping, mutating, parsing, preemption
+from webhook.domain.admission import mutating
+from webhook.domain.decisions import binding, filtering, preemption
+from webhook.domain.groups import grouping
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import DecisionError
 
 POLICY = Policy()

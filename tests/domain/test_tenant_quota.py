@@ -1,4 +1,4 @@
-"""What a namespace can hold is bounded by what it may run (webhook.domain.quotas, docs/SCHEDULER.md).
+"""What a namespace can hold is bounded by what it may run (webhook.domain.placement.quotas, docs/SCHEDULER.md).
 
 Capacity held for members not created yet, spare nodes and the rest of an exclusive group's domain is
 bounded by the namespace's GPU ResourceQuota (hard minus used) where one bounds every pod, else by
@@ -15,9 +15,13 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import filtering, grouping, keys, parsing, quotas
+from webhook.domain import keys
+from webhook.domain.decisions import filtering
+from webhook.domain.groups import grouping
 from webhook.domain.model import Reservation
+from webhook.domain.placement import quotas
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 
 POLICY = Policy()

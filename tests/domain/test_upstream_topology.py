@@ -14,10 +14,12 @@ import pytest
 from tests import admission_support as support
 from tests import builders
 from tests import controller_objects as co
-from webhook.domain import keys, mutating, workload_parsing
+from webhook.domain import keys
+from webhook.domain.admission import mutating
+from webhook.domain.admission.mutating import MutationResult
 from webhook.domain.model import GangGroup
-from webhook.domain.mutating import MutationResult
 from webhook.domain.policy import Policy
+from webhook.domain.reading import workload_parsing
 from webhook.errors import WireError
 
 Obj = dict[str, Any]

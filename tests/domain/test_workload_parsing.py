@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests import controller_objects as co
-from webhook.domain import parsing, workload_parsing
 from webhook.domain.model import GangGroup
+from webhook.domain.reading import parsing, workload_parsing
 from webhook.errors import WireError
 
 GPU = co.pod_spec(claim_template=co.GPU_TEMPLATE)

@@ -37,8 +37,9 @@ from webhook.adapters.kube.api import MERGE_PATCH, Api, call_timeout, load_confi
 from webhook.adapters.kube.backend import KubeBinder
 from webhook.adapters.kube.nudges import PodNudger
 from webhook.adapters.kube.resources import NODES
-from webhook.domain import keys, node_labels, parsing, requeue
+from webhook.domain import keys, requeue
 from webhook.domain.policy import Policy
+from webhook.domain.reading import node_labels, parsing
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(1800)]
 

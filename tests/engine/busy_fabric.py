@@ -22,9 +22,8 @@ from tests.fabric_sims import Sim
 from webhook.adapters import embedded
 from webhook.adapters.redfish.fabric import RedfishFabric
 from webhook.adapters.redfish.payloads import FabricError
-from webhook.domain import parsing
 from webhook.domain.model import Pod
-from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.attacher import FabricAttacher
 from webhook.engine.bind import BindOutcome
 from webhook.engine.engine import Engine
@@ -144,7 +143,7 @@ def start(budget: float = BUDGET) -> Iterator[Rig]:
     backend = embedded.EmbeddedBackend(store, [], "test")
     node_agent(backend.attachments)
     attacher = FabricAttacher(backend.attachments, fabric, poll=0.01)
-    engine = Engine(store, backend.reservations, backend.binder, Policy(), attacher=attacher, bind_budget=budget)
+    engine = builders.engine(backend, attacher=attacher, bind_budget=budget)
     pods = {}
     for n in NODES:
         pod = parsing.pod(builders.pod(f"job-{n}-0", cd=f"job-{n}", gpus=3))

@@ -18,7 +18,7 @@ import pytest
 
 from tests.concurrency import run_together
 from tests.engine.busy_fabric import BOUND, BUDGET, HELD, Held, Rig, start
-from webhook.domain import capacity
+from webhook.domain.placement import capacity
 from webhook.engine.bind import BindOutcome
 from webhook.errors import DecisionError
 from webhook.wire.fabric_attachment import Block, Phase

@@ -115,7 +115,7 @@ def _engine() -> tuple[Engine, embedded.EmbeddedBackend]:
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, [*builders.rack("a", RACK, 4), *builders.cd_objects("job", 2)], "test")
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, Policy(), holder="t", clock=lambda: 1000.0), backend
+    return builders.engine(backend, holder="t", clock=lambda: 1000.0), backend
 
 
 def test_the_engine_releases_a_deleted_group_on_the_next_round_without_waiting_and_forgets_it() -> None:
@@ -123,7 +123,7 @@ def test_the_engine_releases_a_deleted_group_on_the_next_round_without_waiting_a
     pods = [builders.pod(f"p{i}", "job") for i in range(2)]
     for obj in pods:
         engine.store.apply("Pod", "ADDED", obj)
-    from webhook.domain import parsing
+    from webhook.domain.reading import parsing
 
     passed = engine.filter(parsing.pod(pods[0]), sorted(engine.store.snapshot().nodes)).passed
     for i, obj in enumerate(pods):

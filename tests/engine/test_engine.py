@@ -10,9 +10,9 @@ import pytest
 from tests import builders
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
-from webhook.domain import parsing
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
@@ -36,7 +36,7 @@ def engine(clock: Clock) -> Engine:
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=clock)
+    return builders.engine(backend, holder="test", clock=clock)
 
 
 def _submit(engine: Engine, name: str, cd: str, gpus: int = 4) -> tuple[str, ...]:
@@ -112,7 +112,7 @@ def test_a_pod_needing_fabric_gpus_without_a_fabric_manager_is_refused_with_the_
     store = builders.store([builders.node("f", 1, zone="pool", slots=4), *builders.cd_objects("job", 1)],
                            fabric_free={"pool": 4})
     backend = embedded.EmbeddedBackend(store, [], "test")
-    engine = Engine(store, backend.reservations, backend.binder, Policy())
+    engine = builders.engine(backend)
     pod = parsing.pod(builders.pod("job-0", cd="job", gpus=3))
     embedded.put_pod(store, pod)
     assert engine.filter(pod, ["f"]).passed == ("f",)

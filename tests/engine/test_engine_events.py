@@ -17,9 +17,9 @@ from tests import builders
 from tests.concurrency import run_together
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
-from webhook.domain import parsing
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine import occurrences
 from webhook.engine.engine import Engine
 from webhook.engine.events import LogEvents
@@ -58,7 +58,7 @@ def _demo_engine(sink: Kept, clock: Clock) -> Engine:
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=clock, events=sink)
+    return builders.engine(backend, holder="test", clock=clock, events=sink)
 
 
 def _submit(engine: Engine, name: str, cd: str, gpus: int = 4) -> tuple[Pod, tuple[str, ...]]:
@@ -88,7 +88,7 @@ def test_a_group_no_domain_can_host_reports_no_domain_fits_with_the_extenders_re
     sink = Kept()
     store = builders.store([*builders.rack("a", "dom-a", 2), *builders.cd_objects("huge", 6)])
     backend = embedded.EmbeddedBackend(store, [], "test")
-    engine = Engine(store, backend.reservations, backend.binder, Policy(), events=sink)
+    engine = builders.engine(backend, events=sink)
     pod = parsing.pod(builders.pod("huge-0", cd="huge"))
     embedded.put_pod(store, pod)
 
@@ -148,7 +148,7 @@ def _fabric_engine(sink: Kept, attacher: object) -> tuple[Engine, Pod]:
     store = builders.store([builders.node("f", 1, zone="pool", slots=4), *builders.cd_objects("job", 1)],
                            fabric_free={"pool": 4})
     backend = embedded.EmbeddedBackend(store, [], "test")
-    engine = Engine(store, backend.reservations, backend.binder, Policy(), attacher=attacher,  # type: ignore[arg-type]
+    engine = builders.engine(backend, attacher=attacher,  # type: ignore[arg-type]
                     events=sink)
     pod = parsing.pod(builders.pod("job-0", cd="job", gpus=3))
     embedded.put_pod(store, pod)
@@ -209,7 +209,7 @@ def test_embedded_mode_writes_occurrences_to_the_decision_log(caplog: pytest.Log
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    engine = Engine(store, backend.reservations, backend.binder, Policy())
+    engine = builders.engine(backend)
     assert isinstance(engine.events, LogEvents) and engine.events.dropped() == {}
     with caplog.at_level(logging.INFO, logger="imex_webhook.decisions"):
         _submit(engine, "train-8-0", "train-8")
@@ -222,9 +222,9 @@ def test_the_engine_reports_to_the_sink_its_backend_names_else_to_the_decision_l
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     sink = Kept()
-    assert Engine(store, backend.reservations, backend.binder, Policy(), events=sink).events is sink
+    assert builders.engine(backend, events=sink).events is sink
     assert backend.events is None
-    assert isinstance(Engine(store, backend.reservations, backend.binder, Policy(), events=backend.events).events,
+    assert isinstance(builders.engine(backend, events=backend.events).events,
                       LogEvents)
 
 

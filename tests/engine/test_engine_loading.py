@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests import builders
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
-from webhook.domain import parsing
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
@@ -34,7 +35,7 @@ def _engine(now: float = 5000.0) -> tuple[Engine, ClusterStore]:
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=lambda: now), store
+    return builders.engine(backend, holder="test", clock=lambda: now), store
 
 
 def _pod(engine: Engine, name: str) -> Pod:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from tests import builders
 from webhook.adapters.embedded import EmbeddedBackend, put_pod
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.model import Pod
-from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 
 A, B = "aaaa-0001.7", "bbbb-0002.7"
@@ -22,7 +22,7 @@ def _engine() -> tuple[Engine, dict[str, Pod]]:
                for n in [f"a-{i:02d}" for i in range(4)] + [f"b-{i:02d}" for i in range(3)]]
     store = builders.store(objects + fillers)
     backend = EmbeddedBackend(store, [], "test")
-    engine = Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=lambda: 1000.0)
+    engine = builders.engine(backend, holder="test", clock=lambda: 1000.0)
     victims = {p.node_name or "": p for p in (parsing.pod(f) for f in fillers)}
     return engine, victims
 

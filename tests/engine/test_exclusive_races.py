@@ -1,4 +1,4 @@
-"""Exclusive ComputeDomains chosen at once (webhook.domain.exclusive through the engine's choose-and-record):
+"""Exclusive ComputeDomains chosen at once (webhook.domain.placement.exclusive through the engine's choose-and-record):
 eight exclusive groups filtering together over four racks end with at most one ComputeDomain per rack, and
 the groups left out are refused with the holder's name; an exclusive group and a plain ComputeDomain group
 racing for the one rack both fitting it never share it."""
@@ -10,9 +10,10 @@ from collections import Counter
 from tests import builders
 from tests.concurrency import or_error, run_together
 from webhook.adapters import embedded
-from webhook.domain import keys, parsing
-from webhook.domain.filtering import FilterOutcome
+from webhook.domain import keys
+from webhook.domain.decisions.filtering import FilterOutcome
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.state.cluster import ClusterStore
 
@@ -23,7 +24,7 @@ def _engine(objects: list[dict[str, object]], policy: Policy) -> Engine:
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, objects, "test")  # type: ignore[arg-type]
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, policy, holder="t", clock=lambda: 1000.0)
+    return builders.engine(backend, policy, holder="t", clock=lambda: 1000.0)
 
 
 def _first_pods(engine: Engine, names: list[str]) -> list[FilterOutcome | Exception]:

@@ -11,9 +11,9 @@ import pytest
 from tests import builders
 from tests.engine.fabric_fakes import EPOCH, Clock, FakeFabric, Observed, blocks, node_agent
 from webhook.adapters.memory import MemoryAttachmentStore
-from webhook.domain import parsing
 from webhook.domain.model import Node, Pod
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.attacher import FabricAttacher
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore

@@ -12,9 +12,9 @@ from tests import builders
 from tests.concurrency import run_together
 from tests.engine.test_engine_events import Clock, Kept
 from webhook.adapters import embedded
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 
 A, B = "aaaa-1111.7", "bbbb-2222.7"
@@ -28,7 +28,7 @@ class Cluster:
                                            "test")
         backend.start()
         self.sink = Kept()
-        self.engine = Engine(self.store, backend.reservations, backend.binder, Policy(), holder="t", clock=Clock(),
+        self.engine = builders.engine(backend, holder="t", clock=Clock(),
                              events=self.sink)
 
     def run_group(self) -> str:

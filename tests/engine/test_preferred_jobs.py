@@ -8,10 +8,12 @@ from __future__ import annotations
 from tests import builders
 from tests.engine.test_engine_events import Clock, Kept
 from webhook.adapters import embedded
-from webhook.domain import keys, mutating, parsing, segments
+from webhook.domain import keys
+from webhook.domain.admission import mutating
+from webhook.domain.groups import segments
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 
 DOMAINS = {"a": "aaaa-1111.7", "b": "bbbb-2222.7", "c": "cccc-3333.7"}
@@ -30,7 +32,7 @@ class Cluster:
         self.store = ClusterStore(POLICY)
         backend = embedded.EmbeddedBackend(self.store, [*nodes, *cd], "test")
         backend.start()
-        self.engine = Engine(self.store, backend.reservations, backend.binder, POLICY, holder="t", clock=Clock(),
+        self.engine = builders.engine(backend, POLICY, holder="t", clock=Clock(),
                              events=Kept())
         self.job = f"cd:{builders.cd_uid('train')}"
 

@@ -11,9 +11,9 @@ import pytest
 from tests import builders
 from tests.engine.fabric_fakes import Clock, FakeFabric, Observed, blocks
 from webhook.adapters.memory import MemoryAttachmentStore
-from webhook.domain import parsing
 from webhook.domain.fabric_plan import Act, Timeouts
 from webhook.domain.model import Node, Pod
+from webhook.domain.reading import parsing
 from webhook.engine.attacher import FabricAttacher
 from webhook.engine.reconciler import Reconciler
 from webhook.state.cluster import ClusterStore

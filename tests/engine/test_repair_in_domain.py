@@ -1,4 +1,4 @@
-"""A running group's replacement through the engine (webhook.domain.repair): it is placed only in the group's
+"""A running group's replacement through the engine (webhook.domain.placement.repair): it is placed only in the group's
 domain; when that domain has no usable node it is refused everywhere, the pod and the ComputeDomain get one
 ReplacementWaiting Warning with the counts, and it passes once a node of the domain is usable again; racing
 filters of the same replacement all agree."""
@@ -12,10 +12,9 @@ from tests import builders
 from tests.concurrency import run_together
 from tests.engine.test_engine_events import Clock, Kept
 from webhook.adapters import embedded
-from webhook.domain import parsing
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 
 A, B = "aaaa-1111.7", "bbbb-2222.7"
@@ -29,7 +28,7 @@ class Cluster:
                                            "test")
         backend.start()
         self.sink = Kept()
-        self.engine = Engine(self.store, backend.reservations, backend.binder, Policy(), holder="t", clock=Clock(),
+        self.engine = builders.engine(backend, holder="t", clock=Clock(),
                              events=self.sink)
         pods = [parsing.pod(builders.pod(f"job-{i}", cd="job")) for i in range(2)]
         for pod in pods:

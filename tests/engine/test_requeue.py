@@ -12,9 +12,10 @@ import pytest
 from tests import builders
 from tests.concurrency import run_together
 from webhook.adapters import embedded
-from webhook.domain import parsing, requeue
+from webhook.domain import requeue
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine import refusals as refusals_state
 from webhook.engine import requeue as requeue_state
 from webhook.engine.engine import Engine
@@ -49,7 +50,7 @@ def _engine(nodes: int = 2, jobs: tuple[str, ...] = ("job",)) -> Engine:
     objects = [*builders.rack("a", RACK, nodes)] + [o for j in jobs for o in builders.cd_objects(j, nodes)]
     backend = embedded.EmbeddedBackend(store, objects, "test")
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, Policy(), holder="t", clock=lambda: 1000.0)
+    return builders.engine(backend, holder="t", clock=lambda: 1000.0)
 
 
 def _orphan(engine: Engine, size: int = 2) -> Reservation:

@@ -15,11 +15,11 @@ from collections import defaultdict
 
 import pytest
 
+from tests import builders
 from tests.concurrency import or_error, run_together
 from webhook.adapters.embedded import EmbeddedBackend
-from webhook.domain.filtering import FilterOutcome
+from webhook.domain.decisions.filtering import FilterOutcome
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.state.cluster import ClusterStore
 from webhook.tools.simulate.cluster import SimCluster, job_objects
 from webhook.tools.simulate.workload import Job, Params
@@ -50,7 +50,7 @@ class Cluster:
         backend = EmbeddedBackend(store, objects, "5,004-node test cluster")
         backend.start()
         self.clock = Clock()
-        self.engine = Engine(store, backend.reservations, backend.binder, Policy(), holder="test", clock=self.clock)
+        self.engine = builders.engine(backend, holder="test", clock=self.clock)
         self.capacity = {domain: len(nodes) * GPUS for domain, nodes in store.snapshot().domains.items()}
 
     def filter(self, job: Job, i: int) -> FilterOutcome:

@@ -1,4 +1,4 @@
-"""Jobs larger than one domain through the engine (webhook.domain.segment_plan): the first filter of any
+"""Jobs larger than one domain through the engine (webhook.domain.jobs.segment_plan): the first filter of any
 segment stores the whole job's plan, one reservation per segment; later members pass only in their
 segment's domain; two jobs racing for the capacity of both never each take half of it."""
 
@@ -12,10 +12,11 @@ from tests import builders
 from tests.concurrency import run_together
 from tests.engine.test_engine_events import Clock, Kept
 from webhook.adapters import embedded
-from webhook.domain import keys, parsing, segments
+from webhook.domain import keys
+from webhook.domain.groups import segments
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
+from webhook.domain.reading import parsing
 from webhook.errors import DecisionError, DomainFull
 from webhook.state.cluster import ClusterStore
 
@@ -43,7 +44,7 @@ class Cluster:
         objects += [_member(job, rank) for job, (size, _) in jobs.items() for rank in range(size)]
         backend = embedded.EmbeddedBackend(self.store, objects, "test")
         backend.start()
-        self.engine = Engine(self.store, backend.reservations, backend.binder, Policy(), holder="t", clock=Clock(),
+        self.engine = builders.engine(backend, holder="t", clock=Clock(),
                              events=Kept())
 
     def pod(self, job: str, rank: int) -> Pod:

@@ -1,4 +1,4 @@
-"""The tenant bound through the engine (webhook.domain.quotas): concurrent first filters of one namespace's
+"""The tenant bound through the engine (webhook.domain.placement.quotas): concurrent first filters of one namespace's
 groups never hold more than its ResourceQuota allows together, other namespaces are not held back by it,
 and a group refused for the bound is given its domain once its pods exist."""
 
@@ -10,10 +10,10 @@ from tests import builders
 from tests.concurrency import run_together
 from tests.engine.test_engine_events import Clock, Kept
 from webhook.adapters import embedded
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 
 RACKS = {"aaaa-1111.7": "a", "bbbb-2222.7": "b", "cccc-3333.7": "c", "dddd-4444.7": "d"}
@@ -37,7 +37,7 @@ class Cluster:
         self.store = ClusterStore(Policy())
         backend = embedded.EmbeddedBackend(self.store, [*nodes, *objects], "test")
         backend.start()
-        self.engine = Engine(self.store, backend.reservations, backend.binder, Policy(), holder="t", clock=Clock(),
+        self.engine = builders.engine(backend, holder="t", clock=Clock(),
                              events=Kept())
 
     def pod(self, obj: dict[str, Any]) -> Pod:

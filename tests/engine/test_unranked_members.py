@@ -14,9 +14,10 @@ from tests import builders
 from tests.concurrency import run_together
 from tests.engine.test_engine_events import Clock, Kept
 from webhook.adapters import embedded
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.model import Pod
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore

@@ -17,13 +17,13 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import builders
 from tests.fuzz import strategies
 from tests.fuzz.conftest import RUN
 from tests.fuzz.service import check_reply, counters
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
 
@@ -44,7 +44,7 @@ def _app(max_body: int | None = None) -> Flask:
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    engine = Engine(store, backend.reservations, backend.binder, policy)
+    engine = builders.engine(backend, policy)
     return create_app(engine, backend, max_body=max_body) if max_body else create_app(engine, backend)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from flask import Flask
 
+from tests import builders
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
 
@@ -20,5 +20,5 @@ def demo_app() -> Flask:
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    engine = Engine(store, backend.reservations, backend.binder, policy)
+    engine = builders.engine(backend, policy)
     return create_app(engine, backend)

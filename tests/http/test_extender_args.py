@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import serving
-from webhook.domain import candidates, parsing
+from webhook.domain.placement import candidates
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 from webhook.http.extender import scores_json
 from webhook.http.extender_args import PodCache, node_names

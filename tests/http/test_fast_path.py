@@ -14,12 +14,11 @@ import pytest
 from flask import Flask, request_started
 from werkzeug.test import EnvironBuilder
 
-from tests import admission_support, serving
+from tests import admission_support, builders, serving
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.http import extender
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
@@ -32,7 +31,7 @@ def _app(max_body: int = 64 * 1024 * 1024) -> Flask:
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    return create_app(Engine(store, backend.reservations, backend.binder, policy), backend, max_body=max_body)
+    return create_app(builders.engine(backend, policy), backend, max_body=max_body)
 
 
 def _call(wsgi: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> Reply:

@@ -17,13 +17,12 @@ import requests
 from flask import Flask
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import serving
+from tests import builders, serving
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.limits import MAX_DEPTH
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.http.metrics import Metrics
 from webhook.sim.fabric import inventory
@@ -165,7 +164,7 @@ def test_the_app_refuses_a_chunked_body_past_its_limit_behind_any_server() -> No
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    app = create_app(Engine(store, backend.reservations, backend.binder, policy), backend, max_body=LIMIT)
+    app = create_app(builders.engine(backend, policy), backend, max_body=LIMIT)
     client = app.test_client()
 
     def send(body: bytes) -> Any:

@@ -27,7 +27,8 @@ from flask.testing import FlaskClient
 
 from tests import admission_support as support
 from webhook.demo import cluster as demo
-from webhook.domain import admission_review, keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import admission_review, mutating
 from webhook.wire import admission
 
 CREATES = support.fixture_names("create-")

@@ -18,7 +18,8 @@ import pytest
 from tests import admission_support as support
 from tests import builders, serving
 from tests import controller_objects as co
-from webhook.domain import keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import mutating
 
 GPU = co.pod_spec(claim_template=co.GPU_TEMPLATE)
 JOBSET = co.jobset("train", [("workers", 2, 4, GPU)])

@@ -16,7 +16,8 @@ import pytest
 
 from tests import admission_support as support
 from tests import serving
-from webhook.domain import keys, mutating
+from webhook.domain import keys
+from webhook.domain.admission import mutating
 
 CREATES = support.fixture_names("create-")
 DENIED = {"create-two-compute-domains.json", "create-annotation-contradicts.json",

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
+from tests import builders
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
 
@@ -39,7 +39,7 @@ def _app() -> Flask:
     policy = Policy()
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
-    return create_app(Engine(store, backend.reservations, backend.binder, policy), backend)
+    return create_app(builders.engine(backend, policy), backend)
 
 
 def test_no_file_of_the_working_directory_is_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,9 @@ from tests import builders
 from tests.engine.test_requeue import Kept
 from tests.kubefake import eventually
 from webhook.adapters import embedded
-from webhook.domain import parsing
 from webhook.domain.model import Pod, Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.engine.requeue import Requeuer
 from webhook.service.upkeep import Upkeep
@@ -27,7 +27,7 @@ def _engine() -> Engine:
     objects = [*builders.rack("a", RACK, 2), *builders.cd_objects("first", 2), *builders.cd_objects("second", 2)]
     backend = embedded.EmbeddedBackend(store, objects, "test")
     backend.start()
-    return Engine(store, backend.reservations, backend.binder, Policy(), holder="t")
+    return builders.engine(backend, holder="t")
 
 
 def _group(engine: Engine, job: str) -> list[Pod]:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import parsing
 from webhook.domain.model import Pod
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 
 A = "aaaa-1111.7"

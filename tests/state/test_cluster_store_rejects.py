@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from tests import builders
-from webhook.domain import grouping, keys, parsing
+from webhook.domain import keys
+from webhook.domain.groups import grouping
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
 

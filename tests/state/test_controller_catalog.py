@@ -13,7 +13,7 @@ import pytest
 from tests import builders
 from tests import controller_objects as co
 from webhook.adapters import embedded
-from webhook.domain import grouping
+from webhook.domain.groups import grouping
 from webhook.domain.policy import Policy
 from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore

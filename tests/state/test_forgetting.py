@@ -12,8 +12,8 @@ import pytest
 
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
-from webhook.domain import parsing
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 from webhook.state.forgetting import Forgetting
 

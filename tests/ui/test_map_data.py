@@ -1,4 +1,4 @@
-"""What ``/inspect`` adds for the cluster map and ``explain`` (webhook/domain/inspection_detail.py): each
+"""What ``/inspect`` adds for the cluster map and ``explain`` (webhook/domain/views/inspection_detail.py): each
 domain's kind and nodes with their GPUs by group, the pods a new group could get there now (the figure
 /metrics exports), its health with the nodes behind it and the spare nodes reservations hold there; and
 each group's state with the reason it waits, the scheduler's own reason when no domain can take it."""
@@ -12,9 +12,10 @@ import orjson
 import pytest
 
 from tests import builders as b
-from webhook.domain import figures, inspection, inspection_detail, keys
+from webhook.domain import keys
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
+from webhook.domain.views import figures, inspection, inspection_detail
 
 RACK = "11111111-2222-3333-4444-555555555555.7"
 RACK_2 = "66666666-2222-3333-4444-555555555555.7"
@@ -98,7 +99,7 @@ def test_each_group_has_a_state_and_a_reason_a_person_can_act_on(
 
 
 def test_the_waiting_reason_is_the_one_filter_gives_the_scheduler() -> None:
-    from webhook.domain import filtering
+    from webhook.domain.decisions import filtering
 
     objects = [*b.rack("a", RACK, 4), *b.cd_objects("five", 5), *_cd_pods("five", 5, [])]
     snap = b.snapshot(objects)

@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 
 from webhook.adapters.memory import MemoryAttachmentStore, MemoryReservationStore
-from webhook.domain import group_sources, keys
+from webhook.domain import keys
+from webhook.domain.groups import group_sources
 from webhook.domain.limits import DEFAULT_POD_TTL
 from webhook.domain.model import Pod
 from webhook.engine.ports import EventSink, Nudger
@@ -162,7 +163,7 @@ class EmbeddedBackend:
         by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
         skipped: Counter[str] = Counter()
         for obj in objects:
-            # A group source's object goes to the table of its API group (webhook.domain.group_sources).
+            # A group source's object goes to the table of its API group (webhook.domain.groups.group_sources).
             table = group_sources.table_for(obj.get("apiVersion"), obj["kind"])
             kind = table.label if table is not None else obj["kind"]
             if kind in by_kind:
@@ -250,7 +251,7 @@ class EmbeddedBackend:
 
 def _pod_key(obj: dict[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
-    return (meta.get("namespace") or "default", meta.get("name") or "")  # as webhook.domain.parsing reads it
+    return (meta.get("namespace") or "default", meta.get("name") or "")  # as webhook.domain.reading.parsing reads it
 
 
 def from_files(store: ClusterStore, paths: list[Path], pod_ttl: float | None = None) -> EmbeddedBackend:

@@ -23,8 +23,9 @@ from typing import Any
 import jsonpatch
 
 from webhook.demo import cluster as demo
-from webhook.domain import keys, node_labels
+from webhook.domain import keys
 from webhook.domain.policy import Policy
+from webhook.domain.reading import node_labels
 from webhook.sim.dra_objects import CD_DRIVER, channel_slice
 
 

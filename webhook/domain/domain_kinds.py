@@ -7,7 +7,7 @@ called on the wire (``/inspect``'s ``domains[].kind``, which the cluster map dra
 comes from its entry here.
 
 Adding a kind is one ``DomainKind`` entry in ``KINDS``, plus what truly differs for it: a fabric zone's
-nodes also take GPUs attached from the fabric (``Node.fabric_zone``, read by ``webhook.domain.parsing``),
+nodes also take GPUs attached from the fabric (``Node.fabric_zone``, read by ``webhook.domain.reading.parsing``),
 and the cluster map (webhook/http/ui_page.html) draws a kind it does not know as plain nodes.
 """
 

@@ -15,23 +15,24 @@ INVENTORY_ANNOTATION = gpu_inventory.ANNOTATION  # the GPU inventory our node ag
 # Written by users (or by us at admission) on pods.
 GROUP_ANNOTATION = f"{PREFIX}/group"
 # "true" on a ComputeDomain (or its pods): its group gets an NVLink domain no other ComputeDomain uses, and
-# keeps other ComputeDomains out of it while it holds it (webhook.domain.exclusive).
+# keeps other ComputeDomains out of it while it holds it (webhook.domain.placement.exclusive).
 EXCLUSIVE_ANNOTATION = f"{PREFIX}/exclusive-domain"
 GROUP_SIZE_ANNOTATION = f"{PREFIX}/group-size"
 # "k" on a ComputeDomain (or its pods): the group's reservation holds k more nodes of its domain for
-# replacements of failed members (webhook.domain.spares).
+# replacements of failed members (webhook.domain.groups.spares).
 SPARE_NODES_ANNOTATION = f"{PREFIX}/spare-nodes"
 # "N" on a ComputeDomain (or its pods): a job larger than one NVLink domain is placed as segments of N pods,
-# each segment wholly in one domain, members mapped to segments by their rank (webhook.domain.segments).
+# each segment wholly in one domain, members mapped to segments by their rank (webhook.domain.groups.segments).
 SEGMENT_SIZE_ANNOTATION = f"{PREFIX}/segment-size"
 # "required" (the default) or "preferred" on a ComputeDomain (or its pods): a preferred job takes one domain
-# when one fits, else is split into as few domains as possible (webhook.domain.segments).
+# when one fits, else is split into as few domains as possible (webhook.domain.groups.segments).
 PLACEMENT_ANNOTATION = f"{PREFIX}/placement"
 GROUP_LABEL = f"{PREFIX}/group"
 # "k" on a pod of a job cut into segments: the pod's segment. The extender writes it at the first filter of
-# a member with no rank of its own (webhook.domain.segment_assignment); a user may set it at creation.
+# a member with no rank of its own (webhook.domain.jobs.segment_assignment); a user may set it at creation.
 SEGMENT_LABEL = f"{PREFIX}/segment"
-# The Indexed Job controller's rank of a pod (annotation and label): a member's segment (webhook.domain.segments).
+# The Indexed Job controller's rank of a pod (annotation and label): a member's segment
+# (webhook.domain.groups.segments).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MUTATED_ANNOTATION = f"{PREFIX}/mutated"
 GROUP_ID_ANNOTATION = f"{PREFIX}/group-id"  # the resolved identity, written at admission

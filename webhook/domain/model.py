@@ -1,7 +1,7 @@
 """The plain data every decision works on: frozen dataclasses parsed once from the wire.
 
 Nothing here knows where the data came from (watch cache, embedded file, request body); see
-``webhook.domain.parsing`` for the one place that reads Kubernetes JSON.
+``webhook.domain.reading.parsing`` for the one place that reads Kubernetes JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Node:
     not_ready: bool = False  # the Ready condition is present and not True
     taints: tuple[str, ...] = ()  # node-condition taints (node.kubernetes.io/*) that keep pods off, key:Effect
     # The values of Policy.block_labels on the node, in that order ("" when absent): the network blocks above
-    # its domain that a segmented job's domains must share (webhook.domain.segments).
+    # its domain that a segmented job's domains must share (webhook.domain.groups.segments).
     blocks: tuple[str, ...] = ()
 
 
@@ -56,7 +56,7 @@ class OwnerRef:
 @dataclass(frozen=True, slots=True)
 class WorkloadRefs:
     """What Kubernetes' gang scheduling and the workload controllers put on a pod about its group, read
-    once when the pod is parsed (``webhook.domain.workload_parsing``): only these few values are kept, not
+    once when the pod is parsed (``webhook.domain.reading.workload_parsing``): only these few values are kept, not
     the pod's foreign labels. Empty strings mean absent; sizes stay raw text until a group uses them."""
 
     pod_group: str = ""  # spec.schedulingGroup.podGroupName (Kubernetes 1.36+)
@@ -73,7 +73,7 @@ class WorkloadRefs:
     lws_size: str | None = None
     training_job: str = ""
     training_kind: str = ""  # PyTorchJob, MPIJob...: from the operator-name label
-    training_replica: str = ""  # "<replica type>/<replica index>", for a member's rank (webhook.domain.segments)
+    training_replica: str = ""  # "<replica type>/<replica index>", for a member's rank (webhook.domain.groups.segments)
     lws_worker_index: str = ""  # a member's rank inside its LeaderWorkerSet group
     kueue_group: str = ""
     kueue_total: str | None = None
@@ -94,7 +94,7 @@ class Pod:
     scheduler_name: str = "default-scheduler"
     deleting: bool = False
     workload: WorkloadRefs | None = None  # None: no gang API or controller names a group for it
-    rank: str | None = None  # the Job completion index as written (webhook.domain.segments)
+    rank: str | None = None  # the Job completion index as written (webhook.domain.groups.segments)
 
     @property
     def key(self) -> ObjectKey:
@@ -137,9 +137,9 @@ class ComputeDomain:
     num_nodes: int
     template: str | None  # spec.channel.resourceClaimTemplate.name
     exclusive: str | None = None  # imex-webhook.io/exclusive-domain as written (grouping.exclusive_requested)
-    spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.spares)
-    segment_size: str | None = None  # imex-webhook.io/segment-size as written (webhook.domain.segments)
-    placement: str | None = None  # imex-webhook.io/placement as written (webhook.domain.segments)
+    spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.groups.spares)
+    segment_size: str | None = None  # imex-webhook.io/segment-size as written (webhook.domain.groups.segments)
+    placement: str | None = None  # imex-webhook.io/placement as written (webhook.domain.groups.segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +206,8 @@ class GangWorkload:
 @dataclass(frozen=True, slots=True)
 class GpuQuota:
     """The GPU lines of a ResourceQuota that bounds every pod of its namespace (no scopes): what the namespace
-    may still request, which bounds what it may reserve for pods it has not created (webhook.domain.quotas)."""
+    may still request, which bounds what it may reserve for pods it has not created
+    (webhook.domain.placement.quotas)."""
 
     namespace: str
     name: str
@@ -225,7 +226,7 @@ class Catalog:
     gang_workloads: Mapping[ObjectKey, GangWorkload] = field(default_factory=dict)
     controllers: Mapping[tuple[str, str, str], ControllerObject] = field(default_factory=dict)  # kind, ns, name
     # Pods per segment of the preferred jobs split at their first filter, by the job's group id (from their
-    # segments' reservations): the jobs' members belong to those segments (webhook.domain.segments).
+    # segments' reservations): the jobs' members belong to those segments (webhook.domain.groups.segments).
     split_jobs: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -248,12 +249,12 @@ class Group:
     name: str  # what a human calls it: the annotation value, ComputeDomain name or claim name
     compute_domain: str | None  # ComputeDomain UID when the group uses one
     one_pod_per_node: bool  # the driver publishes one channel per node: one CD pod per node
-    exclusive: bool = False  # wants an NVLink domain no other ComputeDomain uses (webhook.domain.exclusive)
-    spares: int = 0  # nodes of its domain its reservation holds for replacements (webhook.domain.spares)
-    segment: Segment | None = None  # one segment of a job larger than a domain (webhook.domain.segments)
+    exclusive: bool = False  # wants an NVLink domain no other ComputeDomain uses (webhook.domain.placement.exclusive)
+    spares: int = 0  # nodes of its domain its reservation holds for replacements (webhook.domain.groups.spares)
+    segment: Segment | None = None  # one segment of a job larger than a domain (webhook.domain.groups.segments)
     preferred: bool = False  # imex-webhook.io/placement: preferred (split only when no domain fits)
     # A member of a job cut into segments of this many pods that has no rank and no segment label yet: its
-    # segment is given at its first filter (webhook.domain.segment_assignment). 0 for every other group.
+    # segment is given at its first filter (webhook.domain.jobs.segment_assignment). 0 for every other group.
     unassigned_per: int = 0
 
 
@@ -323,8 +324,9 @@ class Reservation:
     placed_at: float | None = None  # last time a member was bound
     holder: str = ""  # which replica created it
     version: str = ""  # resourceVersion, for guarded updates
-    spares: int = 0  # more members' worth of the domain held for the group's replacements (webhook.domain.spares)
-    segment: Segment | None = None  # where a segment's reservation stands in its job (webhook.domain.segments)
+    # More members' worth of the domain held for the group's replacements (webhook.domain.groups.spares).
+    spares: int = 0
+    segment: Segment | None = None  # where a segment's reservation stands in its job (webhook.domain.groups.segments)
 
     def expired(self, now: float, ttl: float) -> bool:
         """True when no member was placed within ``ttl`` seconds of creation or of the last placement."""

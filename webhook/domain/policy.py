@@ -34,16 +34,16 @@ class Policy:
     proposal_ttl: float = MIN_TTL
     # How a domain whose NVLink fabric is degraded is weighed for a new group (webhook.domain.health).
     fabric_health: HealthPolicy = "avoid"
-    # Every ComputeDomain's group gets an NVLink domain of its own (webhook.domain.exclusive).
+    # Every ComputeDomain's group gets an NVLink domain of its own (webhook.domain.placement.exclusive).
     exclusive_domains: bool = False
     # Node labels of the network above the domains, lowest level first: all segments of a job land under
-    # one value of the lowest level that fits, else of the next (webhook.domain.segments).
+    # one value of the lowest level that fits, else of the next (webhook.domain.groups.segments).
     block_labels: tuple[str, ...] = ()
     # Admission sends GPU pods outside any group to the dedicated profile, whose extender packs them into
-    # domains already in use (webhook.domain.plain_pods).
+    # domains already in use (webhook.domain.placement.plain_pods).
     pack_plain_gpu_pods: bool = False
     # What a namespace without a GPU ResourceQuota may hold for pods it has not created: a number of GPUs,
-    # else a share of the GPUs in NVLink domains (webhook.domain.quotas).
+    # else a share of the GPUs in NVLink domains (webhook.domain.placement.quotas).
     max_reserved_gpus: int | None = None
     max_reserved_share: float = DEFAULT_MAX_RESERVED_SHARE
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from webhook.domain import binding, plain_pods
+from webhook.domain.decisions import binding
 from webhook.domain.model import Pod, Reservation, Snapshot
+from webhook.domain.placement import plain_pods
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log

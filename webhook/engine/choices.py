@@ -44,9 +44,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from webhook.domain import filtering, placement
+from webhook.domain.decisions import filtering
 from webhook.domain.model import Demand, Group, Reservation, Snapshot
-from webhook.domain.placement import members_summary
+from webhook.domain.placement import placement
+from webhook.domain.placement.placement import members_summary
 from webhook.domain.policy import Policy
 from webhook.engine.ports import Arbiter, ReservationStore
 from webhook.errors import DecisionError, StoreConflict

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from webhook.domain import segments
+from webhook.domain.groups import segments
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.engine.choices import Choices

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain import figures, filtering, inspection, preemption
-from webhook.domain.filtering import FilterOutcome
+from webhook.domain.decisions import filtering, preemption
+from webhook.domain.decisions.filtering import FilterOutcome
 from webhook.domain.model import Node, Pod, Reservation
+from webhook.domain.views import figures, inspection
 from webhook.engine import bind as bind_verb
 from webhook.engine import filter as filter_verb
 from webhook.engine import housekeeping

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from webhook.domain import filtering, repair, scoring
+from webhook.domain.decisions import filtering, scoring
 from webhook.domain.model import Node, Pod, Reservation
+from webhook.domain.placement import repair
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log

@@ -14,7 +14,7 @@ import threading
 
 from webhook.domain.health import DomainHealth, Health, domain_health
 from webhook.domain.model import Snapshot
-from webhook.domain.placement import members_summary
+from webhook.domain.placement.placement import members_summary
 from webhook.engine.events import Reporter
 
 

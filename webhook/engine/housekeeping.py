@@ -15,7 +15,7 @@ up in every replica's pod cache well within that.
 from __future__ import annotations
 
 from webhook.domain.model import Snapshot
-from webhook.domain.placement import members_summary
+from webhook.domain.placement.placement import members_summary
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
 from webhook.errors import StoreConflict

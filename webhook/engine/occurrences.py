@@ -32,7 +32,7 @@ FABRIC_ATTACH_FAILED = Reason("FabricAttachFailed", WARNING, "AttachFabricGPUs")
 DOMAIN_DEGRADED = Reason("DomainDegraded", WARNING, "WatchDomainHealth")
 DOMAIN_UNHEALTHY = Reason("DomainUnhealthy", WARNING, "WatchDomainHealth")
 DOMAIN_RECOVERED = Reason("DomainRecovered", NORMAL, "WatchDomainHealth")
-# A replacement of a running group's member waits in the group's domain (webhook.domain.repair).
+# A replacement of a running group's member waits in the group's domain (webhook.domain.placement.repair).
 REPLACEMENT_WAITING = Reason("ReplacementWaiting", WARNING, "RepairInDomain")
 REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
            FABRIC_ATTACHED, FABRIC_ATTACH_FAILED, DOMAIN_DEGRADED, DOMAIN_UNHEALTHY, DOMAIN_RECOVERED,

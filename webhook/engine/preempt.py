@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from webhook.domain import preemption
+from webhook.domain.decisions import preemption
 from webhook.domain.model import Pod, Snapshot
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core

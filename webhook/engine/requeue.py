@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from webhook.domain import filtering, requeue
+from webhook.domain import requeue
+from webhook.domain.decisions import filtering
 from webhook.domain.model import Pod
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log

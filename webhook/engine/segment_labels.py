@@ -1,4 +1,4 @@
-"""Segments given to members without a rank (``webhook.domain.segment_assignment``): written on the pod as
+"""Segments given to members without a rank (``webhook.domain.jobs.segment_assignment``): written on the pod as
 the label ``imex-webhook.io/segment`` through the ``Binder`` before any node passes, and remembered until
 the cache shows the label.
 
@@ -13,7 +13,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from webhook.domain import keys, segments
+from webhook.domain import keys
+from webhook.domain.groups import segments
 from webhook.domain.model import Group, Pod
 from webhook.engine.ports import Binder
 from webhook.state.cluster import ClusterStore

@@ -1,7 +1,7 @@
 """POST /mutate: the mutating admission webhook (AdmissionReview ``admission.k8s.io/v1``).
 
 Translation only: the envelope is ``webhook.wire.admission``; the verdict comes from
-``webhook.domain.admission_review`` and ``mutating``, over the cached catalog and nodes (no API call,
+``webhook.domain.admission.admission_review`` and ``mutating``, over the cached catalog and nodes (no API call,
 nothing written, so ``sideEffects: None`` holds and ``dryRun`` needs no special case). A malformed review
 gets a 400 JSON error naming the field (``webhook.http.common.answered``); our own failure denies a pod
 that may belong to a group (never admits it unmodified: it would go to default-scheduler) and counts in
@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response
 
-from webhook.domain import admission_review
+from webhook.domain.admission import admission_review
 from webhook.engine.decision_log import log as decisions
 from webhook.errors import WireError
 from webhook.http.common import Services, answered, json_body, services

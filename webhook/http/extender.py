@@ -5,7 +5,7 @@ Keys are the Go field names (see webhook.wire.extender). Two error channels: a m
 400 JSON body naming the field; anything we cannot serve, including our own bugs, gets a 200 reply with
 ``Error`` set, because kube-scheduler drops the body of every non-200 reply and the reason would be lost.
 /preempt's reply has no ``Error``: our own failure there is a 200 that accepts no candidate, so nothing
-is evicted (see webhook.domain.preemption).
+is evicted (see webhook.domain.decisions.preemption).
 """
 
 from __future__ import annotations

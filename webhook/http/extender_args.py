@@ -14,8 +14,9 @@ from typing import Any
 
 import orjson
 
-from webhook.domain import candidates, parsing
 from webhook.domain.model import Node, Pod
+from webhook.domain.placement import candidates
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 from webhook.http.common import Services
 from webhook.wire.extender import KubeObject
@@ -78,7 +79,7 @@ def node_names(names: Any, labelled: frozenset[str]) -> list[str]:
     except TypeError:
         known = None  # an unhashable item: named below
     # Equal sizes: test labelled <= known, which walks the cache's names in the order they are packed in memory
-    # (webhook.domain.candidates) and looks them up in the set just built, not the other way round.
+    # (webhook.domain.placement.candidates) and looks them up in the set just built, not the other way round.
     if known is not None and (labelled <= known if len(known) == len(labelled) else known <= labelled):
         return candidates.CheckedNames(names, known, labelled)
     # set(map(type, ...)) is about twice as fast as all(isinstance(...)) on 5,000 names.

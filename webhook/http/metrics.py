@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.domain.figures import FIT_SIZES, WAITING_REASONS, domain_healths, largest_group_fits
 from webhook.domain.health import HEALTHS
+from webhook.domain.views.figures import FIT_SIZES, WAITING_REASONS, domain_healths, largest_group_fits
 from webhook.engine.engine import Engine
 from webhook.engine.occurrences import DROP_REASONS
 from webhook.engine.ports import Backend

@@ -41,7 +41,7 @@ from webhook.agent.nvml import Nvml
 from webhook.agent.steps import Deadlines
 from webhook.agent.sysfs import Host
 from webhook.domain import keys
-from webhook.domain.patches import merge_patch
+from webhook.domain.admission.patches import merge_patch
 from webhook.errors import StoreConflict
 from webhook.sim.host import SimHost
 from webhook.sim.node_scenario import SimFabric, SimGpu, SimNode

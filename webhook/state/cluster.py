@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any, TypeVar
 
-from webhook.domain.group_sources import TABLES, Table
+from webhook.domain.groups.group_sources import TABLES, Table
 from webhook.domain.model import Catalog, ClaimSpec, ComputeDomain, GpuQuota, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
-from webhook.domain.slices import SliceGpus
+from webhook.domain.reading.slices import SliceGpus
 from webhook.errors import WireError
 from webhook.state import kinds, workload_tables
 from webhook.state.assumed import AssumedBindings
@@ -331,7 +331,7 @@ class ClusterStore:
         self._rederive(key[0])
 
     def _quota_changed(self, kind: str, key: ObjectKey, old: GpuQuota | None, new: GpuQuota | None) -> None:
-        # Read only when a group is given a domain (webhook.domain.quotas): nothing else derives from it.
+        # Read only when a group is given a domain (webhook.domain.placement.quotas): nothing else derives from it.
         held = tuple(q for k, q in sorted(self._objects[kind].items()) if k[0] == key[0])
         if held:
             self._gpu_quotas[key[0]] = held

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from webhook.domain.model import ClaimSpec
-from webhook.domain.node_constraints import UNKNOWN_HOLDER
+from webhook.domain.placement.node_constraints import UNKNOWN_HOLDER
 from webhook.state.frozen_views import FrozenView
 
 

@@ -1,6 +1,6 @@
 """How the cluster store holds each kind: parsed how, keyed how, and which of the store's handlers derives
 again what depends on it (one row per kind; the rows of the group sources' objects come from their tables,
-``webhook.domain.group_sources``)."""
+``webhook.domain.groups.group_sources``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.domain import claim_parsing, parsing, quotas, slices
-from webhook.domain.group_sources import TABLES, Table
+from webhook.domain.groups.group_sources import TABLES, Table
 from webhook.domain.model import ObjectKey
+from webhook.domain.placement import quotas
 from webhook.domain.policy import Policy
+from webhook.domain.reading import claim_parsing, parsing, slices
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """The nodes as filters see them: each ``Node`` with the whole GPUs of its DRA ResourceSlices added
-(``webhook.domain.slices``), so DRA-only nodes have capacity too, and the domains they form.
+(``webhook.domain.reading.slices``), so DRA-only nodes have capacity too, and the domains they form.
 
 The nodes mapping handed to snapshots is rebuilt only after a node changed: its identity marks the node
 generation that memoized node sets (``webhook.state.node_sets``) are keyed by.
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from webhook.domain.model import Node, ObjectKey
-from webhook.domain.slices import SliceGpus
+from webhook.domain.reading.slices import SliceGpus
 
 NodeView = tuple[dict[str, Node], dict[str, tuple[str, ...]]]  # nodes by name, node names by domain
 

@@ -1,4 +1,4 @@
-"""What the filter derives from the cache's nodes (``webhook.domain.candidates.NodeSets``), computed once
+"""What the filter derives from the cache's nodes (``webhook.domain.placement.candidates.NodeSets``), computed once
 per node generation instead of once per request.
 
 The cluster store rebuilds its nodes mapping only when a node changes (``webhook.state.cluster``): while
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.domain import candidates
 from webhook.domain.model import Node
+from webhook.domain.placement import candidates
 
 # Domains whose outside reasons are kept per generation: groups are placed in a few domains at a time.
 OUTSIDE_KEPT = 8

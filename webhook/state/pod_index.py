@@ -10,8 +10,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from webhook.domain import capacity, grouping
+from webhook.domain.groups import grouping
 from webhook.domain.model import Catalog, Member, Node, ObjectKey, Pod
+from webhook.domain.placement import capacity
 from webhook.domain.policy import Policy
 from webhook.state.frozen_views import FrozenView
 

@@ -1,6 +1,6 @@
 """The objects of Kubernetes' gang scheduling and of the workload controllers that the ``ClusterStore``
 keeps for grouping (docs/GROUPS.md), one table per API group, version and kind a group source reads
-(``webhook.domain.group_sources.TABLES``).
+(``webhook.domain.groups.group_sources.TABLES``).
 
 PodGroups come under two tables, one per API version watched (scheduling.k8s.io/v1beta1 in Kubernetes
 1.37, v1alpha2 in 1.36), so that the relist of one never empties the other; grouping sees one mapping, the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.domain.group_sources import GVK, TABLES, Parsed, Table
+from webhook.domain.groups.group_sources import GVK, TABLES, Parsed, Table
 from webhook.domain.model import ObjectKey
 
 # The store's names for the tables (their labels), in the order of the sources.

@@ -27,9 +27,9 @@ from webhook.wire.fields import map_, str_at
 from webhook.wire.text import shown
 from webhook.wire.timestamps import parse_rfc3339, rfc3339
 
-# Segments of one job (webhook.domain.segments.MAX_SEGMENTS), as the CRD's schema bounds spec.segment.count.
+# Segments of one job (webhook.domain.groups.segments.MAX_SEGMENTS), as the CRD's schema bounds spec.segment.count.
 MAX_SEGMENTS = 20_000
-# Spare nodes a reservation may hold (webhook.domain.spares), as the CRD's schema bounds spec.spareNodes:
+# Spare nodes a reservation may hold (webhook.domain.groups.spares), as the CRD's schema bounds spec.spareNodes:
 # enough for a few failed trays of any rack, too few for one group to hold a whole cluster.
 MAX_SPARE_NODES = 64
 

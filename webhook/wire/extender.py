@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-# A Kubernetes object as it is on the wire (lowercase camelCase keys); parsed in webhook.domain.parsing.
+# A Kubernetes object as it is on the wire (lowercase camelCase keys); parsed in webhook.domain.reading.parsing.
 KubeObject = dict[str, Any]
 
 

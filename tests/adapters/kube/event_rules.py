@@ -26,7 +26,7 @@ import pydantic
 from kubernetes.client.models.events_v1_event import EventsV1Event
 
 from tests.kubefake import KINDS, KubeFake
-from webhook.domain.patches import merge_patch
+from webhook.domain.admission.patches import merge_patch
 
 Obj = dict[str, Any]
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

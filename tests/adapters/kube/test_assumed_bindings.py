@@ -19,7 +19,6 @@ from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.domain import keys
 from webhook.domain.model import Pod
-from webhook.domain.policy import Policy
 from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 
@@ -36,7 +35,7 @@ def cluster(fake: KubeFake, connect_backend: Connect) -> tuple[KubeBackend, Engi
     backend = connect_backend()
     eventually(lambda: all(backend.store.pod("ml", f"p{i}") for i in range(4)), what="pods cached")
     fake.hold_binding_events()
-    return backend, Engine(backend.store, backend.reservations, backend.binder, Policy(), holder="replica-a")
+    return backend, builders.engine(backend, holder="replica-a")
 
 
 def _pod(backend: KubeBackend, name: str) -> Pod:

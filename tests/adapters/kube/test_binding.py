@@ -21,8 +21,6 @@ from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.demo import cluster as demo
 from webhook.domain.model import Pod
-from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 
 
@@ -114,7 +112,7 @@ def test_the_engine_binds_a_whole_job_into_one_domain_through_the_api(fake: Kube
     for i in range(4):
         fake.create("pods", demo.pod(f"train-4-{i}", "train-4", demo.GPUS_PER_TRAY))
     backend = connect_backend()
-    engine = Engine(backend.store, backend.reservations, backend.binder, Policy(), holder="replica-a")
+    engine = builders.engine(backend, holder="replica-a")
 
     nodes = sorted(backend.store.snapshot().nodes)
     for i in range(4):

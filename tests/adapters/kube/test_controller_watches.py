@@ -17,8 +17,8 @@ from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube import backend as kube_backend
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.resources import CLUSTER_RESOURCES
-from webhook.domain import grouping
-from webhook.domain.group_sources import TABLES
+from webhook.domain.groups import grouping
+from webhook.domain.groups.group_sources import TABLES
 
 GPU = co.pod_spec(claim_template=co.GPU_TEMPLATE)
 

@@ -35,10 +35,9 @@ from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, call_timeout, 
 from webhook.adapters.kube.event_series import BURST, CACHE_SIZE, REFILL, SERIES_WINDOW, Correlator
 from webhook.adapters.kube.events import MAX_QUEUED, NOTE_BYTES, TRIES, EventRecorder, name_prefix
 from webhook.adapters.kube.resources import EVENTS
-from webhook.domain import parsing
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine import occurrences
-from webhook.engine.engine import Engine
 from webhook.engine.occurrences import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
 from webhook.http.metrics import Metrics
 
@@ -345,7 +344,7 @@ def test_a_hung_api_server_fills_the_queue_and_never_holds_up_the_extenders_filt
     recorder.start()
     store = builders.store([*builders.rack("a", "dom-a", 2), *builders.cd_objects("huge", 6)])
     backend = embedded.EmbeddedBackend(store, [], "test")
-    engine = Engine(store, backend.reservations, backend.binder, Policy(), events=recorder)
+    engine = builders.engine(backend, events=recorder)
     pod = parsing.pod(builders.pod("huge-0", cd="huge"))
     embedded.put_pod(store, pod)
     try:
@@ -384,7 +383,7 @@ def test_kubectl_describe_computedomain_tells_the_story(kube_fake: KubeFake, con
     _seed(kube_fake)
     backend = connect_backend("replica-a")
     clock = Clock(time.time())
-    engine = Engine(backend.store, backend.reservations, backend.binder, Policy(), holder="replica-a", clock=clock,
+    engine = builders.engine(backend, holder="replica-a", clock=clock,
                     events=backend.events)
     assert engine.events is backend.events
     eventually(lambda: backend.store.pod("ml", "huge-0") and backend.store.pod("ml", "job-1"), what="pods cached")
@@ -428,7 +427,7 @@ def test_the_drop_counter_is_exported_for_every_reason(make: Make) -> None:
     recorder.record(occ())
     store = builders.store([])
     backend = embedded.EmbeddedBackend(store, [], "test")
-    engine = Engine(store, backend.reservations, backend.binder, Policy(), events=recorder)
+    engine = builders.engine(backend, events=recorder)
     metrics = Metrics(store.sync_state, lambda: {})
     metrics.watch_cluster(engine, backend)
     text = generate_latest(metrics.registry).decode()

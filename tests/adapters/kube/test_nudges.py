@@ -20,9 +20,9 @@ from tests.adapters.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.nudges import PodNudger
-from webhook.domain import parsing, requeue
+from webhook.domain import requeue
 from webhook.domain.model import Pod, Reservation
-from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.engine.requeue import Requeuer
 from webhook.errors import DecisionError
@@ -124,7 +124,7 @@ def _orphaned_rack(fake: KubeFake) -> tuple[Reservation, list[dict[str, Any]]]:
 
 
 def _loaded(backend: KubeBackend, orphan: Reservation) -> Engine:
-    engine = Engine(backend.store, backend.reservations, backend.binder, Policy(), holder="t", clock=lambda: 1000.0)
+    engine = builders.engine(backend, holder="t", clock=lambda: 1000.0)
     # Both pods of the waiting job, not only its group: the watch may deliver the second pod a moment later.
     eventually(lambda: engine.loading() is None
                and [len(m) for m in backend.store.snapshot().members.values()] == [2]

@@ -38,10 +38,9 @@ from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend
 from webhook.adapters.kube.reservations import KubeReservationStore
 from webhook.domain import keys
-from webhook.domain.filtering import FilterOutcome
+from webhook.domain.decisions.filtering import FilterOutcome
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 from webhook.http.app import create_app
 from webhook.wire import domain_reservation
@@ -80,7 +79,7 @@ class Replica:
     def __init__(self, backend: KubeBackend, holder: str, clock: Clock | None = None) -> None:
         self.backend = backend
         self.clock = clock or Clock()
-        self.engine = Engine(backend.store, backend.reservations, backend.binder, Policy(), holder=holder,
+        self.engine = builders.engine(backend, holder=holder,
                              clock=self.clock)
 
     def filter(self, group: str, i: int = 0) -> FilterOutcome:

@@ -27,9 +27,9 @@ from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube.backend import KubeBackend, connect
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.demo import cluster as demo
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
+from webhook.domain.reading import parsing
 from webhook.http.app import create_app
 from webhook.service import server
 from webhook.service.settings import Settings, SettingsError, from_args
@@ -51,7 +51,7 @@ def _odd(suffix: str) -> list[tuple[str, dict[str, Any]]]:
 
 def _app(backend: KubeBackend) -> Flask:
     store = backend.store
-    engine = Engine(store, backend.reservations, backend.binder, store.policy, holder="test")
+    engine = builders.engine(backend, store.policy, holder="test")
     return create_app(engine, backend)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from webhook.domain import parsing
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.tools import cli
 from webhook.tools.bench import payloads
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from webhook.adapters.embedded import EmbeddedBackend
-from webhook.domain import grouping, parsing, segments
+from webhook.domain.groups import grouping, segments
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
 from webhook.tools import cli
 from webhook.tools.bench import payloads, segmented, segmented_report

@@ -12,9 +12,10 @@ import orjson
 import pytest
 
 from tests import builders as b
-from webhook.domain import inspection, keys
+from webhook.domain import keys
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
+from webhook.domain.views import inspection
 from webhook.tools.explain.words import MAX_MEMBERS, AnswerError, explain_name
 
 RACK = "11111111-2222-3333-4444-555555555555.7"

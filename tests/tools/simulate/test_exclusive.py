@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from webhook.domain import keys, parsing
+from webhook.domain import keys
+from webhook.domain.groups import grouping
+from webhook.domain.reading import parsing
 from webhook.tools.simulate import policies, report, simulation, workload
 from webhook.tools.simulate.cluster import SimCluster, job_objects
 from webhook.tools.simulate.outcome import Outcome
@@ -69,7 +71,7 @@ def test_an_exclusive_job_annotates_its_compute_domain_as_the_service_reads_it()
     for exclusive in (False, True):
         objects = job_objects(replace(job, exclusive=exclusive))
         cd = next(o for o in objects if o["kind"] == "ComputeDomain")
-        assert parsing.compute_domain(cd).exclusive is exclusive
+        assert grouping.exclusive_requested(parsing.compute_domain(cd).exclusive) == (exclusive, None)
         annotations = [o["metadata"].get("annotations") or {} for o in objects]
         assert sum(keys.EXCLUSIVE_ANNOTATION in a for a in annotations) == int(exclusive)  # on the CD alone
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from webhook.domain import keys, parsing
+from webhook.domain import keys
+from webhook.domain.reading import parsing
 from webhook.tools.simulate import faults, policies, simulation, workload
 from webhook.tools.simulate.cluster import SimCluster
 from webhook.tools.simulate.faults import Fault

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from webhook.domain import keys, parsing
+from webhook.domain import keys
+from webhook.domain.reading import parsing
 from webhook.tools import cli
 from webhook.tools.simulate import racks, report, simulation, workload
 from webhook.tools.simulate.cluster import SimCluster, job_objects

@@ -1,7 +1,7 @@
 """Raw JSON calls to the API server through the official client, each with a deadline.
 
 Objects stay plain JSON dicts (orjson), never the client's generated models: turning 5,000 Nodes into
-models takes seconds, and the caches parse only what they need (``webhook.domain.parsing``). The
+models takes seconds, and the caches parse only what they need (``webhook.domain.reading.parsing``). The
 official client still does what it is good at: kubeconfig and in-cluster loading, credentials and their
 refresh, TLS, and the connection pool.
 

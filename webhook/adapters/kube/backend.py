@@ -47,8 +47,9 @@ from webhook.adapters.kube.resources import (
 )
 from webhook.adapters.kube.watch import Sink, Watcher
 from webhook.adapters.kube.watch_settings import WatchSettings
-from webhook.domain import keys, parsing
+from webhook.domain import keys
 from webhook.domain.model import Pod
+from webhook.domain.reading import parsing
 from webhook.engine.ports import Binder, Nudger, ReservationStore
 from webhook.errors import DecisionError, WireError
 from webhook.state import workload_tables
@@ -63,7 +64,7 @@ OPTIONAL_KINDS = frozenset({COMPUTE_DOMAINS.kind, DOMAIN_RESERVATIONS.kind, FABR
                             RESOURCE_QUOTAS.kind, *workload_tables.KINDS})
 # They only refine groups: an operator who grants no access to them (403) loses that refinement, not the
 # service's readiness. Without ResourceQuotas (an upgrade that kept the older RBAC), what a namespace may hold
-# for pods not created is bounded by --max-reserved-gpus-per-namespace alone (webhook.domain.quotas).
+# for pods not created is bounded by --max-reserved-gpus-per-namespace alone (webhook.domain.placement.quotas).
 FORBIDDEN_OK_KINDS = frozenset({*workload_tables.KINDS, RESOURCE_QUOTAS.kind})
 RECONCILER_LEASE = "imex-webhook-reconciler"
 STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together

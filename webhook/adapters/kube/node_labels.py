@@ -2,7 +2,7 @@
 
 Why: the admission webhook's required pod affinity uses that key as ``topologyKey`` (and requires it on
 the node), and kube-scheduler's InterPodAffinity rejects every node that lacks it. What the label must
-say is the pure ``webhook.domain.node_labels``; this module only writes it.
+say is the pure ``webhook.domain.reading.node_labels``; this module only writes it.
 
 Fed by the Node watch the caches already run: ``tee`` sits beside the ``ClusterStore`` as the Node
 watcher's sink, so a watch event costs a parse of the node's labels and a dict update on the watch
@@ -37,9 +37,9 @@ from prometheus_client import Counter
 from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError
 from webhook.adapters.kube.resources import NODES
 from webhook.adapters.kube.watch import Sink
-from webhook.domain import node_labels
-from webhook.domain.node_labels import LabelState
 from webhook.domain.policy import Policy
+from webhook.domain.reading import node_labels
+from webhook.domain.reading.node_labels import LabelState
 from webhook.errors import WireError
 
 log = logging.getLogger(__name__)

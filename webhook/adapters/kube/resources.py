@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from webhook.domain import group_sources
+from webhook.domain.groups import group_sources
 from webhook.wire import domain_reservation as dr
 from webhook.wire import fabric_attachment as fa
 
@@ -44,7 +44,7 @@ LEASES = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
 FABRIC_ATTACHMENTS = Resource(fa.KIND, fa.GROUP, fa.VERSION, fa.PLURAL, False)
 DOMAIN_RESERVATIONS = Resource(dr.KIND, dr.GROUP, dr.VERSION, dr.PLURAL, False)
 COMPUTE_DOMAINS = Resource("ComputeDomain", "resource.nvidia.com", "v1beta1", "computedomains", True)
-# What a namespace may still request bounds what it may reserve for pods not created (webhook.domain.quotas).
+# What a namespace may still request bounds what it may reserve for pods not created (webhook.domain.placement.quotas).
 RESOURCE_QUOTAS = Resource("ResourceQuota", "", "v1", "resourcequotas", True)
 
 # What the extender's ClusterStore is fed from, one watch each (webhook.adapters.kube.backend).

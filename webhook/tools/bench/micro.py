@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from webhook.adapters.embedded import EmbeddedBackend
-from webhook.domain import admission_review, parsing
+from webhook.domain.admission import admission_review
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore

@@ -22,8 +22,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from webhook.domain import capacity, filtering, grouping, parsing, placement, segment_plan, segments
+from webhook.domain.decisions import filtering
+from webhook.domain.groups import grouping, segments
+from webhook.domain.jobs import segment_plan
 from webhook.domain.model import Group, Pod
+from webhook.domain.placement import capacity, placement
+from webhook.domain.reading import parsing
 from webhook.tools.bench import payloads
 from webhook.tools.bench.micro import Bench, sample, timing
 

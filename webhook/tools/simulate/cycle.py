@@ -41,8 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from webhook.domain import parsing
 from webhook.domain.model import Pod as DomainPod
+from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.errors import DecisionError
 from webhook.sim import cycle

@@ -11,7 +11,7 @@
   and a ComputeDomain's ``imex-webhook.io/exclusive-domain`` annotation (``imex-webhook-exclusive``: every
   ComputeDomain exclusive, ``serve --exclusive-domains``), both through the engine's ``Policy`` and caches.
   ``imex-webhook-pack`` is ``serve --pack-plain-gpu-pods``: admission sends plain GPU pods to the dedicated
-  profile too, and the extender scores them (``webhook.domain.plain_pods``).
+  profile too, and the extender scores them (``webhook.domain.placement.plain_pods``).
 - ``GangTasPolicy`` is Kueue's Topology-Aware Scheduling with a required topology on the domain, the
   strongest peer: a job is admitted only when one domain (an NVLink clique; a fabric zone too for jobs
   without a ComputeDomain, on its local GPUs: nothing attaches fabric GPUs) has room for all its pods

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 
 import orjson
 
-from webhook.domain import mutating
+from webhook.domain.admission import mutating
+from webhook.domain.admission.mutating import MutationResult
 from webhook.domain.model import Catalog, Node
-from webhook.domain.mutating import MutationResult
 from webhook.domain.policy import Policy
 from webhook.errors import WireError
 from webhook.wire.admission import AdmissionReview, Review, Status, reply

@@ -59,10 +59,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook import __version__
-from webhook.domain import grouping, keys, parsing, plain_pods
+from webhook.domain import keys
+from webhook.domain.admission.patches import APPEND, PatchBuilder, dotted
+from webhook.domain.groups import grouping
 from webhook.domain.model import Catalog, Node, Pod
-from webhook.domain.patches import APPEND, PatchBuilder, dotted
+from webhook.domain.placement import plain_pods
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 from webhook.wire.admission import JSONPatchOp
 from webhook.wire.text import clip, shown
@@ -303,7 +306,7 @@ def _defer(obj: Mapping[str, Any], pod: Pod, policy: Policy, warnings: list[str]
 
 def _pack(obj: Mapping[str, Any], pod: Pod, catalog: Catalog, policy: Policy) -> MutationResult:
     """A GPU pod in no group under ``--pack-plain-gpu-pods``: to the dedicated profile, whose extender packs it
-    into domains already in use (``webhook.domain.plain_pods``). A pod a controller or gang API puts in a
+    into domains already in use (``webhook.domain.placement.plain_pods``). A pod a controller or gang API puts in a
     group, or one whose group cannot be told yet, is left as it is, as without the setting; so is one that
     names a scheduler of its own (the user chose it)."""
     resolution = grouping.resolve(pod, catalog, policy)

@@ -6,7 +6,7 @@ ceil(size / N) segments of N pods (the last takes the rest). Each segment is a g
 own identity (``<job id>#s<index>``), reservation and group label, so that everything that keeps a group
 in one domain keeps a segment in one: the required pod affinity added at admission, the extender's
 filter, preemption, repair. What ties the segments of a job together is the plan
-(``webhook.domain.segment_plan``): the whole job's capacity is checked, across as few domains as possible
+(``webhook.domain.jobs.segment_plan``): the whole job's capacity is checked, across as few domains as possible
 and under one network block, before any segment is reserved.
 
 A member belongs to segment floor(rank / N), where its rank comes from its controller (the Job completion
@@ -14,7 +14,7 @@ index ``batch.kubernetes.io/job-completion-index``, a JobSet's job index, a trai
 LeaderWorkerSet's worker index), so that neighbouring ranks share NVLink. A member with no rank belongs to
 the segment its ``imex-webhook.io/segment`` label names; without that label it is admitted as a member of
 the whole job and given a segment with room at its first filter, which writes the label
-(``webhook.domain.segment_assignment``). Without the annotation nothing changes (one domain for the group).
+(``webhook.domain.jobs.segment_assignment``). Without the annotation nothing changes (one domain for the group).
 """
 
 from __future__ import annotations

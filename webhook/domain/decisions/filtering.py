@@ -12,22 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from webhook.domain import candidates as candidates_
-from webhook.domain import (
-    capacity,
-    grouping,
-    health,
-    node_constraints,
-    placement,
-    plain_pods,
-    quotas,
-    repair,
-    segment_plan,
-    segments,
-)
-from webhook.domain import segment_assignment as assignment
-from webhook.domain.capacity import Verdict
+from webhook.domain import health
+from webhook.domain.groups import grouping, segments
+from webhook.domain.jobs import segment_assignment as assignment
+from webhook.domain.jobs import segment_plan
 from webhook.domain.model import Demand, Group, GroupResolution, Node, Pod, Reservation, Snapshot
+from webhook.domain.placement import candidates as candidates_
+from webhook.domain.placement import capacity, node_constraints, placement, plain_pods, quotas, repair
+from webhook.domain.placement.capacity import Verdict
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 
@@ -49,7 +41,7 @@ class Context:
     # A segment's choice is the whole job's plan: the other segments' reservations, stored with this one.
     siblings: tuple[tuple[Group, Reservation], ...] = ()
     # A member without a rank given its segment by this decision: the engine writes the segment label on the
-    # pod before it passes (webhook.domain.segment_assignment).
+    # pod before it passes (webhook.domain.jobs.segment_assignment).
     gives_segment: bool = False
 
     @property

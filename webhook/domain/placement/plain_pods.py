@@ -32,8 +32,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.domain import capacity, placement
 from webhook.domain.model import Node, Pod, Reservation, Snapshot
+from webhook.domain.placement import capacity, placement
 from webhook.wire.extender import MIN_EXTENDER_PRIORITY
 
 PROTECTED = 1  # a held domain or a composable node: only when nothing better passed

@@ -34,7 +34,7 @@ from webhook.domain.model import (
     PodTemplate,
     Replicas,
 )
-from webhook.domain.parsing import effective_gpus
+from webhook.domain.reading.parsing import effective_gpus
 from webhook.errors import WireError
 from webhook.wire.fields import LABEL_KEY_MAX, list_, map_, str_
 from webhook.wire.text import shown

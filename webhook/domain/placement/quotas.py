@@ -22,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain import capacity, keys, parsing
+from webhook.domain import keys
 from webhook.domain.model import GpuQuota, Group, Reservation, Snapshot
-from webhook.domain.placement import members_summary
+from webhook.domain.placement import capacity
+from webhook.domain.placement.placement import members_summary
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 from webhook.errors import WireError
 
 DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.domain import placement
 from webhook.domain.model import Demand, Group, Reservation, Snapshot
+from webhook.domain.placement import placement
 
 
 def running_domain(group: Group, snapshot: Snapshot) -> tuple[str, int] | None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.domain import filtering, placement
-from webhook.domain.capacity import attachable, free_local
+from webhook.domain.decisions import filtering
 from webhook.domain.health import DomainHealth, domain_health
 from webhook.domain.model import Demand, Group, GroupKind, Node, Reservation, Snapshot
-from webhook.domain.placement import members_summary
+from webhook.domain.placement import placement
+from webhook.domain.placement.capacity import attachable, free_local
+from webhook.domain.placement.placement import members_summary
 from webhook.domain.policy import Policy
 
 # Why a group with pods still to place waits (label values of imex_webhook_groups_waiting):

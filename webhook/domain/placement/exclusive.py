@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.domain import grouping
+from webhook.domain.groups import grouping
 from webhook.domain.model import Group, GroupKind, Reservation, Snapshot
-from webhook.domain.node_constraints import holder_name, holders
+from webhook.domain.placement.node_constraints import holder_name, holders
 from webhook.domain.policy import Policy
 
 _CD_GROUP = "cd:"

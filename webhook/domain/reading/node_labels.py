@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.domain import domain_kinds, keys, parsing
+from webhook.domain import domain_kinds, keys
 from webhook.domain.model import Node
 from webhook.domain.policy import Policy
+from webhook.domain.reading import parsing
 
 DOMAIN_LABEL = keys.DOMAIN_LABEL
 

@@ -3,7 +3,7 @@
 Inside the group's domain: nodes that need no fabric attach score 5..10, tighter packing higher (fewer
 GPUs left idle on the node keeps whole nodes free for the next job); nodes that need an attach score
 1..4; nodes the pod does not fit on score 0. GPU pods outside any group are weighed by
-``webhook.domain.plain_pods`` (best fit in domains already in use); other pods get a neutral 0 everywhere, so
+``webhook.domain.placement.plain_pods`` (best fit in domains already in use); other pods get a neutral 0 everywhere, so
 the scheduler's own plugins decide for them.
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
-from webhook.domain import capacity, filtering, plain_pods
-from webhook.domain.capacity import Verdict
+from webhook.domain.decisions import filtering
 from webhook.domain.model import Node, Pod, Reservation, Snapshot
+from webhook.domain.placement import capacity, plain_pods
+from webhook.domain.placement.capacity import Verdict
 from webhook.domain.policy import Policy
 from webhook.wire.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 

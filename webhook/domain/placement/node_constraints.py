@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from webhook.domain.capacity import source_mismatch
 from webhook.domain.health import UNHEALTHY_FABRIC
 from webhook.domain.model import Demand, Group, Node, Snapshot
+from webhook.domain.placement.capacity import source_mismatch
 
 WRONG_SOURCE = "with GPUs from the other source (device plugin vs DRA)"
 UNHEALTHY = "with an unhealthy NVLink fabric"

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 
-from webhook.domain import exclusive, placement, repair, segments
+from webhook.domain.groups import segments
 from webhook.domain.health import domain_health
 from webhook.domain.model import Demand, Group, Reservation, Segment, Snapshot
+from webhook.domain.placement import exclusive, placement, repair
 from webhook.domain.policy import Policy
 
 

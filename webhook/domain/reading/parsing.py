@@ -4,7 +4,7 @@ Objects from the API server are trusted to be well formed Kubernetes, but reques
 shape problem raises ``WireError`` with the path of the field, so a malformed request becomes a 400 that
 names it. Unknown fields are ignored, as Kubernetes clients do. Strings are bounded by Kubernetes' own
 validation limits (``webhook.wire.fields``) and quantities parsed exactly as Kubernetes parses them
-(``webhook.domain.quantity``), so a hostile value is a clear 400, never an exception of another kind.
+(``webhook.domain.reading.quantity``), so a hostile value is a clear 400, never an exception of another kind.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from webhook.domain import domain_kinds, keys, workload_refs
-from webhook.domain import quantity as quantities
+from webhook.domain import domain_kinds, keys
 from webhook.domain.model import (
     ComputeDomain,
     Job,
@@ -24,6 +23,8 @@ from webhook.domain.model import (
     Pod,
     PodClaim,
 )
+from webhook.domain.reading import quantity as quantities
+from webhook.domain.reading import workload_refs
 from webhook.errors import WireError
 from webhook.wire import gpu_inventory
 from webhook.wire.fields import NAME_MAX
@@ -40,7 +41,7 @@ _OURS = f"{keys.PREFIX}/"
 
 def quantity(value: Any, path: str) -> Decimal:
     """A Kubernetes resource.Quantity ("4", "500m", "1Gi", 2, null) as its exact value; see
-    ``webhook.domain.quantity`` for the grammar and Kubernetes' quirks."""
+    ``webhook.domain.reading.quantity`` for the grammar and Kubernetes' quirks."""
     try:
         return quantities.from_json(value).value
     except quantities.QuantityError as exc:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from webhook.domain import capacity, filtering, grouping, placement
+from webhook.domain.decisions import filtering
+from webhook.domain.groups import grouping
 from webhook.domain.model import Demand, Group, Pod, Reservation, Snapshot
+from webhook.domain.placement import capacity, placement
 from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.wire.fabric_attachment import Attachment, Phase

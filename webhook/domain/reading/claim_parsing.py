@@ -16,7 +16,7 @@ from typing import Any
 
 from webhook.domain import keys
 from webhook.domain.model import ClaimSpec, DeviceRequest
-from webhook.domain.parsing import count
+from webhook.domain.reading.parsing import count
 from webhook.wire.fields import label_map as _labels
 from webhook.wire.fields import list_ as _list
 from webhook.wire.fields import map_ as _map

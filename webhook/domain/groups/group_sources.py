@@ -20,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.domain import controller_groups, workload_parsing
-from webhook.domain.controller_groups import Candidate, Member
+from webhook.domain.groups import controller_groups
+from webhook.domain.groups.controller_groups import Candidate, Member
 from webhook.domain.model import Catalog, ControllerObject, GangGroup, GangWorkload, ObjectKey, Pod, WorkloadRefs
+from webhook.domain.reading import workload_parsing
 
 Parsed = GangGroup | GangWorkload | ControllerObject
 CandidateOf = Callable[[Pod, WorkloadRefs, Catalog, Member, int], Candidate | None]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.domain import figures
-from webhook.domain import inspection_detail as detail
-from webhook.domain.capacity import free_local
-from webhook.domain.filtering import live_reservations
+from webhook.domain.decisions.filtering import live_reservations
 from webhook.domain.model import Reservation, Snapshot
+from webhook.domain.placement.capacity import free_local
 from webhook.domain.policy import Policy
+from webhook.domain.views import figures
+from webhook.domain.views import inspection_detail as detail
 from webhook.wire.text import clip
 
 

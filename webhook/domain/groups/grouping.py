@@ -14,7 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from webhook.domain import controller_groups, group_sources, keys, segments, spares
+from webhook.domain import keys
+from webhook.domain.groups import controller_groups, group_sources, segments, spares
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,

@@ -12,11 +12,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
-from webhook.domain import exclusive, segments
-from webhook.domain.capacity import attachable, free_local
+from webhook.domain.groups import segments
 from webhook.domain.health import HealthPolicy, domain_health
 from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
-from webhook.domain.node_constraints import (
+from webhook.domain.placement import exclusive
+from webhook.domain.placement.capacity import attachable, free_local
+from webhook.domain.placement.node_constraints import (
     BUSY,
     FILTERED,
     NO_FABRIC,
@@ -55,7 +56,7 @@ class Choice:
     remaining: int  # members still to place
     offers: tuple[Offer, ...] = ()
     resolvable_later: bool = False  # no domain now, but one could host the group once pods finish
-    spares: int = 0  # spare members' worth of the chosen domain held for the group (webhook.domain.spares)
+    spares: int = 0  # spare members' worth of the chosen domain held for the group (webhook.domain.groups.spares)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +254,7 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
     pod the caches have not seen); it counts as one more member to place. ``allowed``: the candidate
     nodes the scheduler sent (None: every node). ``health``: how a domain with a degraded NVLink fabric is
     weighed for a group that runs nowhere yet (``webhook.domain.health``). ``policy``: weigh exclusive
-    ComputeDomains too (``webhook.domain.exclusive``).
+    ComputeDomains too (``webhook.domain.placement.exclusive``).
     """
     seen, placed, placed_nodes = members_summary(snapshot.members.get(group.id, ()))
     total = max(size or 0, seen + (1 if pending_self else 0), 1)

@@ -6,7 +6,7 @@ as a member of the whole job, with no pod affinity, and its first filter gives i
 index order, with fewer members than pods: segments that already have members, and their domains, are
 filled before a new one is started. The engine writes the choice on the pod as the label
 ``imex-webhook.io/segment`` before any node passes, so from then on the pod derives into its segment like a
-ranked member (webhook.domain.segments), whatever replica reads it, and a replacement of a lost member
+ranked member (webhook.domain.groups.segments), whatever replica reads it, and a replacement of a lost member
 takes the segment the lost one left.
 
 Between the label's write and the watch that brings it back, a pod given a segment is counted from the
@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from webhook.domain import keys, segments
+from webhook.domain import keys
+from webhook.domain.groups import segments
 from webhook.domain.model import Group, Pod, Snapshot
 
 

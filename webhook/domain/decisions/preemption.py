@@ -43,9 +43,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from webhook.domain import capacity, filtering, grouping, placement, segments
-from webhook.domain.filtering import Context
+from webhook.domain.decisions import filtering
+from webhook.domain.decisions.filtering import Context
+from webhook.domain.groups import grouping, segments
 from webhook.domain.model import Pod, Reservation, Snapshot
+from webhook.domain.placement import capacity, placement
 from webhook.domain.policy import Policy
 
 # What a /preempt decision came to, as the decisions metric and the decision log label it:

@@ -1,7 +1,7 @@
 """What the cluster map (``/ui``) and ``imex-webhook explain`` need beyond ``/inspect``'s totals: each
 node's GPUs by group, what kind of domain a domain is, and each group's state with the reason it waits.
 
-Plain data in, plain data out; ``webhook.domain.inspection`` merges it into the ``/inspect`` answer.
+Plain data in, plain data out; ``webhook.domain.views.inspection`` merges it into the ``/inspect`` answer.
 The reason a group without a domain waits is the one the scheduler's ``/filter`` would give now
 (``placement.choose``), so the map and ``explain`` say what FailedScheduling says.
 """
@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.domain import domain_kinds, grouping, placement
-from webhook.domain.capacity import IN_FLIGHT, free_local
+from webhook.domain import domain_kinds
+from webhook.domain.groups import grouping
 from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Group, Member, Node, Reservation, Snapshot
+from webhook.domain.placement import placement
+from webhook.domain.placement.capacity import IN_FLIGHT, free_local
 from webhook.domain.policy import Policy
 from webhook.wire.fabric_attachment import Phase
 
