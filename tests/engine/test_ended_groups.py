@@ -107,7 +107,7 @@ def test_housekeeping_releases_an_ended_group_at_once_and_keeps_the_grace_elsewh
         ended: bool, pods: list[dict[str, Any]], age: float, since_placed: float | None, reason: str | None) -> None:
     now = 10_000.0
     res = _reservation(now - age, None if since_placed is None else now - since_placed)
-    stale = housekeeping.stale_reservations(_snapshot(ended, pods, res), now, Policy().reservation_ttl)
+    stale = housekeeping.stale_reservations(_snapshot(ended, pods, res), now, Policy())
     assert stale == ([(GROUP, reason)] if reason else [])
 
 

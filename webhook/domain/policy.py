@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from webhook.domain import keys
 from webhook.domain.health import HealthPolicy
+from webhook.domain.model import Reservation
 
 # kube-scheduler 1.35+ (gang scheduling) holds each pod of a gang at Permit for up to 5 minutes, before
 # DRA's PreBind and our /bind run: a reservation (or a promise not yet stored as one) with no member
@@ -53,6 +54,14 @@ class Policy:
         ``imex-webhook.io/domain``, which the node domain labeller sets to the node's domain on every node
         that has one (a clique label alone would make fabric-zone groups unschedulable)."""
         return keys.DOMAIN_LABEL
+
+    def live(self, res: Reservation, now: float, stored: bool) -> bool:
+        """Whether ``res`` still holds its domain's capacity at ``now``: a stored reservation until no member
+        was placed for ``reservation_ttl`` (``Reservation.expired``), a promise not stored yet (a choice in
+        flight, a domain ledger's entry) for ``proposal_ttl`` from its choice. The one rule every verb uses."""
+        if stored:
+            return not res.expired(now, self.reservation_ttl)
+        return now - res.created_at <= self.proposal_ttl
 
     def ttl_problems(self) -> list[str]:
         """Why the TTLs cannot work with kube-scheduler's gang wait at Permit (empty: they can)."""

@@ -106,8 +106,8 @@ class Choices:
         reservation exists, for ``proposal_ttl``."""
         stored = self.reservations.all().get(promise.group_id)
         if stored is not None:
-            return stored.domain == promise.domain and not stored.expired(now, self.policy.reservation_ttl)
-        return now - promise.created_at <= self.policy.proposal_ttl
+            return stored.domain == promise.domain and self.policy.live(stored, now, stored=True)
+        return self.policy.live(promise, now, stored=False)
 
     def promised(self, now: float) -> Mapping[str, Reservation]:
         """Choices without a stored reservation: live ledger promises (another replica between its two
@@ -116,7 +116,7 @@ class Choices:
         out: dict[str, Reservation] = {}
         for ledger in self.reservations.promises().values():
             for group_id, promise in ledger.items():
-                if group_id in stored or now - promise.created_at > self.policy.proposal_ttl:
+                if group_id in stored or not self.policy.live(promise, now, stored=False):
                     continue
                 if group_id not in out or promise.created_at > out[group_id].created_at:
                     out[group_id] = promise
@@ -150,7 +150,7 @@ class Choices:
         """Write a choice marked with ``fly``; it stops counting as in flight once the store answers."""
         try:
             current = self.reservations.all().get(res.group_id)
-            if current is not None and current.version and current.expired(self.clock(), self.policy.reservation_ttl):
+            if current is not None and current.version and not self.policy.live(current, self.clock(), stored=True):
                 # Expired but not yet released by housekeeping: the filter no longer follows it; replace it.
                 try:
                     self.reservations.release(res.group_id)

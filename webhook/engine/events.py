@@ -117,7 +117,7 @@ class Reporter:
             elif res.group_id.startswith("cd:"):
                 cd = snapshot.catalog.compute_domains.get(res.group_id[3:])
             # Released while expired is exactly housekeeping's "no member placed within the TTL" case.
-            expired = res.expired(now, self.policy.reservation_ttl) and members_summary(members)[1] == 0
+            expired = not self.policy.live(res, now, stored=True) and members_summary(members)[1] == 0
             if expired:
                 note = (f"the reservation of NVLink domain {res.domain} for group {_group_text(res)} expired and "
                         f"was released ({why}); the group's next pod to be scheduled chooses a domain again")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from webhook.domain.model import Snapshot
 from webhook.domain.placement.placement import members_summary
+from webhook.domain.policy import Policy
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
 from webhook.errors import StoreConflict
@@ -34,7 +35,7 @@ def housekeep(core: Core, prune: bool = True) -> list[tuple[str, str]]:
     now = core.clock()
     snapshot = core.snapshot()
     released = []
-    for group_id, why in stale_reservations(snapshot, now, core.policy.reservation_ttl):
+    for group_id, why in stale_reservations(snapshot, now, core.policy):
         try:
             core.reservations.release(group_id)
         except StoreConflict as exc:
@@ -55,14 +56,14 @@ def housekeep(core: Core, prune: bool = True) -> list[tuple[str, str]]:
     return released
 
 
-def stale_reservations(snapshot: Snapshot, now: float, ttl: float) -> list[tuple[str, str]]:
+def stale_reservations(snapshot: Snapshot, now: float, policy: Policy) -> list[tuple[str, str]]:
     out = []
     for group_id, res in sorted(snapshot.reservations.items()):
         seen, placed, _ = members_summary(snapshot.members.get(group_id, ()))
         if seen == 0 and group_id in snapshot.ended_groups:
             out.append((group_id, ENDED))
-        elif placed == 0 and res.expired(now, ttl):
-            out.append((group_id, f"no member placed within {ttl:.0f}s"))
+        elif placed == 0 and not policy.live(res, now, stored=True):
+            out.append((group_id, f"no member placed within {policy.reservation_ttl:.0f}s"))
         elif seen == 0 and now - (res.placed_at or res.created_at) > GRACE:
             out.append((group_id, ENDED))
     return out

@@ -70,10 +70,10 @@ class FilterOutcome:
 def current_reservation(group: Group, snapshot: Snapshot, proposals: Mapping[str, Reservation],
                         policy: Policy, now: float) -> Reservation | None:
     stored = snapshot.reservations.get(group.id)
-    if stored is not None and not stored.expired(now, policy.reservation_ttl):
+    if stored is not None and policy.live(stored, now, stored=True):
         return stored
     proposed = proposals.get(group.id)
-    if proposed is not None and now - proposed.created_at <= policy.proposal_ttl:
+    if proposed is not None and policy.live(proposed, now, stored=False):
         return proposed
     return None
 
@@ -81,8 +81,8 @@ def current_reservation(group: Group, snapshot: Snapshot, proposals: Mapping[str
 def live_reservations(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: Policy,
                       now: float) -> dict[str, Reservation]:
     """Every group's promise that still holds: stored ones, then this process's proposals."""
-    out = {g: r for g, r in proposals.items() if now - r.created_at <= policy.proposal_ttl}
-    out.update({g: r for g, r in snapshot.reservations.items() if not r.expired(now, policy.reservation_ttl)})
+    out = {g: r for g, r in proposals.items() if policy.live(r, now, stored=False)}
+    out.update({g: r for g, r in snapshot.reservations.items() if policy.live(r, now, stored=True)})
     return out
 
 
