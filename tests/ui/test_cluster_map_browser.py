@@ -164,9 +164,11 @@ def test_the_map_shows_the_demo_cluster_follows_binds_and_logs_no_error(tmp_path
         if os.environ.get("IMEX_UI_SCREENSHOT"):
             shutil.copyfile(shot, os.environ["IMEX_UI_SCREENSHOT"])
 
-        # A group name is text, never markup, even when it looks like an image with a handler.
-        hostile = demo_cluster.pod("hostile-0", None, 4, annotations={keys.GROUP_ANNOTATION: HOSTILE,
-                                                                      keys.GROUP_SIZE_ANNOTATION: "30"})
+        # A group's namespace is text, never markup, even when it looks like an image with a handler (a
+        # request's namespace is not validated in embedded mode; a group name must be a label value).
+        hostile = demo_cluster.pod("hostile-0", None, 4, annotations={keys.GROUP_ANNOTATION: "hostile",
+                                                                      keys.GROUP_SIZE_ANNOTATION: "30"},
+                                   namespace=HOSTILE)
         nodes = [n["metadata"]["name"] for n in demo_cluster.nodes()]
         assert served.post("/filter", {"Pod": hostile, "Nodes": None, "NodeNames": nodes}).status_code == 200
         shown, _ = _drawn(driver, inspect, "show the hostile group",

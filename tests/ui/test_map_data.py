@@ -170,12 +170,18 @@ def test_without_the_service_clock_every_reservation_counts() -> None:
     assert "no domain can host 2 pods" in without["reason"]
 
 
-def test_a_hostile_group_name_is_carried_as_plain_data() -> None:
+def test_a_hostile_namespace_is_carried_as_plain_data_and_a_hostile_group_name_makes_no_group() -> None:
+    # A group name must be a label value (docs/GROUPS.md); a namespace or a pod name sent in a request (not
+    # validated by an API server in embedded mode) still reaches the view, as plain data.
     hostile = "<img src=x onerror=alert(1)>\u202e\x1b[2J"
-    objects = [*b.rack("a", RACK, 2), b.pod("h-0", None, annotations={keys.GROUP_ANNOTATION: hostile,
-                                                                       keys.GROUP_SIZE_ANNOTATION: "2"})]
+    objects = [*b.rack("a", RACK, 2), b.pod("h-0", None, annotations={keys.GROUP_ANNOTATION: "h",
+                                                                       keys.GROUP_SIZE_ANNOTATION: "2"},
+                                            namespace=hostile)]
     (g,) = _summary(objects)["groups"]
-    assert g["state"] == "pending" and g["name"].startswith("ml/<img")
+    assert g["state"] == "pending" and g["name"].startswith("<img")
+    refused = [*b.rack("a", RACK, 2), b.pod("h-0", None, annotations={keys.GROUP_ANNOTATION: hostile,
+                                                                       keys.GROUP_SIZE_ANNOTATION: "2"})]
+    assert _summary(refused)["groups"] == []
 
 
 def test_each_domain_says_how_many_pods_of_1_2_and_4_gpus_a_new_group_could_get_there_now() -> None:
