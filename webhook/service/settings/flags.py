@@ -15,9 +15,17 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of ``serve``, one argument group at a time, with the defaults of one ``Settings()``."""
     d = Settings()
-    server, tls, limits, cluster, fabric, policy = d.server, d.tls, d.limits, d.cluster, d.fabric, d.policy
-    net = parser.add_argument_group("server")
+    _server(parser.add_argument_group("server"), d)
+    _tls(parser.add_argument_group("TLS"), d)
+    _cluster_state(parser.add_argument_group("cluster state"), d)
+    _policy(parser.add_argument_group("policy"), d)
+    _logging(parser.add_argument_group("logging"), d)
+
+
+def _server(net: argparse._ArgumentGroup, d: Settings) -> None:
+    server, limits = d.server, d.limits
     net.add_argument("--bind", default=server.bind, help="HOST:PORT to listen on (default %(default)s)")
     net.add_argument("--workers", type=int, default=server.workers,
                      help="gunicorn worker processes: 1, the only value accepted (each worker would hold its own "
@@ -56,7 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--access-log", action="store_true", help="log every HTTP request")
     net.add_argument("--exit-with-parent", action="store_true",
                      help="stop when the process that started serve exits (for tools that run it as a child)")
-    tls_flags = parser.add_argument_group("TLS")
+
+
+def _tls(tls_flags: argparse._ArgumentGroup, d: Settings) -> None:
+    tls = d.tls
     tls_flags.add_argument("--tls-cert", type=Path, help="serving certificate (PEM); with --tls-key")
     tls_flags.add_argument("--tls-key", type=Path, help="serving key (PEM); with --tls-cert")
     tls_flags.add_argument("--tls-dir", type=Path,
@@ -79,7 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 "loopback (kubectl port-forward then needs the certificate too)")
     tls_flags.add_argument("--service-name", default=tls.service_name, help="Service name for the certificate SANs")
     tls_flags.add_argument("--namespace", default=tls.namespace, help="namespace for the certificate SANs")
-    src = parser.add_argument_group("cluster state")
+
+
+def _cluster_state(src: argparse._ArgumentGroup, d: Settings) -> None:
+    cluster, fabric = d.cluster, d.fabric
     src.add_argument("--kubeconfig", type=Path, help="use the Kubernetes API from this kubeconfig")
     src.add_argument("--in-cluster", action="store_true", help="use the in-cluster service account")
     src.add_argument("--cluster", type=Path, action="append", default=[], metavar="FILE",
@@ -103,7 +117,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="Kubernetes mode: seconds a watch may make no progress (no list, event, bookmark or "
                           "re-watch; an idle open watch is not stalled) before /readyz turns false "
                           "(default %(default)s)")
-    pol = parser.add_argument_group("policy")
+
+
+def _policy(pol: argparse._ArgumentGroup, d: Settings) -> None:
+    cluster, policy = d.cluster, d.policy
     pol.add_argument("--domain-label", action="append", default=[], metavar="KEY",
                      help="node label naming the domain; repeatable, first present wins "
                           f"(default {', '.join(policy.domain_labels)})")
@@ -144,6 +161,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pol.add_argument("--pod-ttl", type=float, default=cluster.pod_ttl,
                      help="embedded mode: seconds an unbound pod learnt from requests is kept after the last "
                           "request naming it (default %(default)s)")
-    out = parser.add_argument_group("logging")
+
+
+def _logging(out: argparse._ArgumentGroup, d: Settings) -> None:
     out.add_argument("--log-format", choices=LOG_FORMATS, default=d.log.format)
     out.add_argument("--log-level", choices=LOG_LEVELS, default=d.log.level)
