@@ -18,7 +18,6 @@ when one changes.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any, TypeVar
@@ -30,12 +29,13 @@ from webhook.domain.reading.slices import SliceGpus
 from webhook.errors import WireError
 from webhook.state import kinds, workload_tables
 from webhook.state.assumed import AssumedBindings
+from webhook.state.attachment_table import AttachmentTable
 from webhook.state.imex_holds import ImexHolds
 from webhook.state.node_index import NodeIndex
 from webhook.state.pod_index import PodIndex, derive
 from webhook.state.rejects import Rejects
 from webhook.state.workload_tables import WorkloadTables
-from webhook.wire.fabric_attachment import Attachment, Phase
+from webhook.wire.fabric_attachment import Attachment
 
 KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice",
          "ResourceQuota", *workload_tables.KINDS)
@@ -71,7 +71,7 @@ class ClusterStore:
         self._index = PodIndex()
         self._assumed = AssumedBindings()  # pods this replica is binding, not yet bound in the watch
         self._fabric_free: dict[str, int] = {}
-        self._attachments: dict[str, Attachment] = {}  # by pod UID
+        self._attachments = AttachmentTable()  # fabric attachments by pod UID
         self._synced: dict[str, bool] = {}
         self._version = 0
         self._snapshot: Snapshot | None = None
@@ -180,22 +180,22 @@ class ClusterStore:
 
     def replace_attachments(self, items: Iterable[Attachment]) -> None:
         with self._lock:
-            self._attachments = {a.pod_uid: a for a in items}
+            self._attachments.replace(items)
             self._changed()
 
     def put_attachment(self, att: Attachment) -> None:
         with self._lock:
-            self._attachments[att.pod_uid] = att
+            self._attachments.put(att)
             self._changed()
 
     def drop_attachment(self, pod_uid: str) -> None:
         with self._lock:
-            if self._attachments.pop(pod_uid, None) is not None:
+            if self._attachments.drop(pod_uid):
                 self._changed()
 
     def attachments(self) -> dict[str, Attachment]:
         with self._lock:
-            return dict(self._attachments)
+            return self._attachments.view()
 
     def set_split_jobs(self, jobs: Mapping[str, tuple[str, int]]) -> bool:
         """The segment size chosen for each preferred job split into segments (job's group id -> its
@@ -369,19 +369,8 @@ class ClusterStore:
 
     def _build(self) -> Snapshot:
         nodes, domains = self._node_index.view()
-        promised: dict[str, int] = defaultdict(int)
-        slots_used: dict[str, int] = defaultdict(int)
         index = self._index
-        for uid, att in self._attachments.items():
-            if att.phase is not Phase.DETACHED:
-                # Blocks composed or being composed occupy the node's slots until they are detached; a
-                # Pending attachment has not picked its blocks yet but will take that many.
-                pending = att.gpus if att.phase is Phase.PENDING else 0
-                slots_used[att.node] += len(att.blocks) or pending
-            pod = index.by_uid(uid)
-            # Ready GPUs sit in the node's allocatable before their pod binds: keep them for that pod.
-            if att.phase is Phase.READY and not att.deleting and (pod is None or pod.node_name is None):
-                promised[att.node] += att.gpus
+        promised, slots_used = self._attachments.figures(index.by_uid)
         return Snapshot(
             nodes=nodes,
             used_gpus=dict(index.used),
@@ -393,9 +382,9 @@ class ClusterStore:
             fabric_free=dict(self._fabric_free),
             reservations={},
             version=self._version,
-            attachments=dict(self._attachments),
-            promised_gpus=dict(promised),
-            attached_blocks=dict(slots_used),
+            attachments=self._attachments.view(),
+            promised_gpus=promised,
+            attached_blocks=slots_used,
             ended_groups=frozenset(index.ended),
             channel_nodes=self._node_index.channel_nodes(),
             imex_holds=self._imex_holds.view(),
