@@ -67,7 +67,7 @@ def test_a_node_annotated_with_its_redfish_system_gets_the_gpus_composed_to_that
     obj = builders.node("a-00", 4, "dom-a", zone=ZONE, slots=4)
     obj["metadata"]["annotations"]["imex-webhook.io/redfish-system"] = "/redfish/v1/Systems/tray-17"
     node = parsing.node(obj, Policy().domain_labels)
-    assert node.redfish_system == "/redfish/v1/Systems/tray-17"
+    assert node.fabric_system == "/redfish/v1/Systems/tray-17"
     r = rig()
     r.attacher().attach(POD, node, 2, r.clock() + 10.0)
     att = r.attachment()

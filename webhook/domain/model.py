@@ -26,7 +26,9 @@ class Node:
     compute_domain: str | None  # UID in the DRA driver's node label, if a ComputeDomain holds the node
     unschedulable: bool = False
     dra_gpus: int = 0  # of gpus, those published as DRA devices (ResourceSlices), not by the device plugin
-    redfish_system: str | None = None  # imex-webhook.io/redfish-system: the ComputerSystem fabric GPUs attach to
+    # The annotation imex-webhook.io/redfish-system, as documented: the system (a Redfish ComputerSystem for
+    # the Redfish backend) the fabric manager attaches GPUs to; the fabric seam names it in its own words.
+    fabric_system: str | None = None
     # What keeps a node from taking members, or makes its domain a second choice (webhook.domain.health):
     fabric_health: str = ""  # imex-webhook.io/fabric-health as the node agent writes it ("" when absent)
     not_ready: bool = False  # the Ready condition is present and not True

@@ -95,7 +95,7 @@ class FabricAttacher:
             raise DecisionError(f"pod {pod.ref} needs {gpus} more GPUs on node {node.name}, which is in no fabric "
                                 "zone")
         try:
-            system = self.fabric.system_for(node.name, node.redfish_system, deadline=self._fabric_deadline(deadline))
+            system = self.fabric.system_for(node.name, node.fabric_system, deadline=self._fabric_deadline(deadline))
         except (FabricFailure, TimeoutError) as exc:
             raise DecisionError(f"cannot find node {node.name}'s system in the fabric manager: {_why(exc)}; "
                                 "the scheduler retries") from exc

@@ -30,6 +30,7 @@ from webhook.engine.reconciler import Reconciler
 from webhook.errors import ImexWebhookError
 from webhook.http.metrics import Metrics
 from webhook.service.embedded_parts import EmbeddedParts, RunningFabric, Stoppable
+from webhook.service.settings.groups import fabric_kind
 from webhook.state.cluster import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -107,11 +108,12 @@ def start(fabric: str, store: ClusterStore, backend: Backend, metrics: Metrics, 
     """The fabric parts of ``--fabric`` started (None for ``none``); their ``attacher`` goes to the engine.
     ``embedded``: what ``--fabric embedded`` runs on (required for it); ``max_response``: the largest
     Redfish reply body (``--fabric-max-response``)."""
-    if fabric == "none":
+    kind = fabric_kind(fabric)
+    if kind == "none":
         return None
     sim: RunningFabric | None = None
     verify: str | bool
-    if fabric == "embedded":
+    if kind == "embedded":
         if embedded is None:
             raise FabricConfigError("--fabric embedded: this command was started without the simulators")
         sim = embedded.start_fabric()

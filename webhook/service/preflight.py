@@ -128,7 +128,7 @@ def check_cluster_source(settings: Settings) -> list[dict[str, Any]] | None:
 
 
 def check_fabric(settings: Settings) -> None:
-    if settings.fabric.manager.startswith(("http://", "https://")):
+    if settings.fabric.kind == "redfish":
         from webhook.service.fabric_wiring import FabricConfigError, read_credentials
 
         try:

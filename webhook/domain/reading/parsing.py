@@ -100,7 +100,7 @@ def node(obj: Any, domain_labels: Sequence[str], path: str = "node", block_label
         fabric_slots=slots if zone else 0,
         compute_domain=labels.get(keys.COMPUTE_DOMAIN_LABEL) or None,
         unschedulable=bool(spec.get("unschedulable", False)),
-        redfish_system=annotations.get(keys.REDFISH_SYSTEM_ANNOTATION) or None,
+        fabric_system=annotations.get(keys.REDFISH_SYSTEM_ANNOTATION) or None,
         blocks=tuple(labels.get(key, "") for key in block_labels),
     )
 

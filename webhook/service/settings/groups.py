@@ -17,7 +17,7 @@ import os
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain.fabric_plan import Timeouts
@@ -138,6 +138,21 @@ class FabricSettings:
     max_response: int = DEFAULT_MAX_RESPONSE
     # The reconciler's own defaults (webhook/domain/fabric_plan.py), not a copy of their numbers.
     timeouts: Timeouts = field(default_factory=Timeouts)
+
+    @property
+    def kind(self) -> FabricKind:
+        """Which fabric manager ``--fabric`` names, read in this one place."""
+        return fabric_kind(self.manager)
+
+
+FabricKind = Literal["none", "embedded", "redfish"]
+
+
+def fabric_kind(manager: str) -> FabricKind:
+    """``--fabric``'s value as a kind; "redfish" only for an http(s) URL (settings refuse anything else)."""
+    if manager in ("none", "embedded"):
+        return cast(FabricKind, manager)
+    return "redfish"
 
 
 @dataclass(frozen=True)
