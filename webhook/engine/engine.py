@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.domain.admission import admission_review
+from webhook.domain.admission.mutating import MutationResult
 from webhook.domain.decisions import filtering, preemption
 from webhook.domain.decisions.filtering import FilterOutcome
 from webhook.domain.model import Node, Pod, Reservation
@@ -27,6 +29,7 @@ from webhook.engine import housekeeping
 from webhook.engine import preempt as preempt_verb
 from webhook.engine.bind import BindOutcome
 from webhook.engine.core import Core
+from webhook.wire.admission import Review
 
 
 class Engine(Core):
@@ -66,6 +69,16 @@ class Engine(Core):
     def proposed(self, now: float) -> dict[str, Reservation]:
         """Choices without a stored reservation (what /inspect and /metrics call proposed)."""
         return dict(self.choices.promised(now))
+
+    def admit(self, review: Review) -> MutationResult:
+        """The admission verdict on one AdmissionReview, over the cached catalog and nodes (no API call, nothing
+        written: admission has no side effects)."""
+        snapshot = self.snapshot()
+        return admission_review.admit(review, snapshot.catalog, snapshot.nodes, self.policy)
+
+    def expired_reservations(self, now: float) -> int:
+        """Stored reservations past their TTL that housekeeping has not released yet."""
+        return sum(1 for r in self.snapshot().reservations.values() if not self.policy.live(r, now, stored=True))
 
     def domain_figures(self, now: float) -> dict[str, figures.DomainGpus]:
         snapshot = self.snapshot()

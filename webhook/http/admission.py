@@ -30,8 +30,7 @@ def mutate_answer(doc: Any, svc: Services) -> bytes:
     """The AdmissionReview reply for one decoded body (served by Flask below and by webhook.http.fast)."""
     review = admission.parse(doc)
     try:
-        snapshot = svc.engine.snapshot()
-        result = admission_review.admit(review, snapshot.catalog, snapshot.nodes, svc.engine.policy)
+        result = svc.engine.admit(review)
     except WireError:
         raise
     except Exception as exc:  # our fault: deny a possible group pod rather than let it be split

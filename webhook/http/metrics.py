@@ -223,8 +223,7 @@ class _ClusterView(Collector):
         reasons = engine.waiting_groups(now)
         for reason in WAITING_REASONS:
             waiting.add_metric([reason], float(reasons[reason]))
-        expired.add_metric([], float(sum(1 for r in snapshot.reservations.values()
-                                         if not engine.policy.live(r, now, stored=True))))
+        expired.add_metric([], float(engine.expired_reservations(now)))
         by_phase = Tally(a.phase for a in snapshot.attachments.values())
         for phase in Phase:
             phases.add_metric([phase.value], float(by_phase[phase]))
