@@ -8,7 +8,7 @@ caught (also counted in ``imex_webhook_internal_errors_total``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
@@ -27,8 +27,10 @@ def always_ready() -> tuple[bool, str]:
 
 
 def create_app(engine: Engine, backend: Backend, metrics: Metrics | None = None, max_body: int = DEFAULT_MAX_BODY,
-               tls_ready: Callable[[], tuple[bool, str]] = always_ready) -> Flask:
-    """``metrics``: the registry the service's other parts already report to (a new one if None)."""
+               tls_ready: Callable[[], tuple[bool, str]] = always_ready,
+               checks: Mapping[str, Callable[[], tuple[bool, str]]] | None = None) -> Flask:
+    """``metrics``: the registry the service's other parts already report to (a new one if None); ``checks``:
+    more /readyz checks by name (the fabric inventory's, when a fabric is configured)."""
     # No static route: Flask's own (/static/<path>, made before the config below) would serve the files of
     # $PWD/static and answer OPTIONS with an empty HTML 200; the map page carries everything it needs.
     app = Flask("imex_webhook", static_folder=None)
@@ -39,7 +41,8 @@ def create_app(engine: Engine, backend: Backend, metrics: Metrics | None = None,
     if metrics is None:
         metrics = Metrics(engine.store.sync_state)
     metrics.watch_cluster(engine, backend)
-    app.extensions["imex"] = Services(engine=engine, backend=backend, metrics=metrics, tls_ready=tls_ready)
+    app.extensions["imex"] = Services(engine=engine, backend=backend, metrics=metrics, tls_ready=tls_ready,
+                                      checks=dict(checks or {}))
     app.register_blueprint(extender.blueprint)
     app.register_blueprint(ops.blueprint)
     app.register_blueprint(admission.blueprint)

@@ -29,7 +29,7 @@ class Services:
     backend: Backend
     metrics: Metrics
     tls_ready: Check
-    # More /readyz checks registered after start-up (the fabric inventory, when a fabric is configured).
+    # More /readyz checks, given at construction (the fabric inventory's, when a fabric is configured).
     checks: dict[str, Check] = field(default_factory=dict)
     # /healthz checks: what would make a restart the right answer (the server's stalled service port).
     liveness: dict[str, Check] = field(default_factory=dict)

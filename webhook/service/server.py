@@ -144,9 +144,8 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
     engine = Engine(store, backend.reservations, backend.binder, policy,
                     attacher=parts.attacher if parts is not None else None, events=backend.events,
                     holder=settings.cluster.holder, bind_budget=settings.limits.bind_budget)
-    app = create_app(engine, backend, metrics, settings.limits.max_body, tls_ready or always_ready)
-    if parts is not None:
-        app.extensions["imex"].checks["fabric"] = parts.fabric.ready
+    app = create_app(engine, backend, metrics, settings.limits.max_body, tls_ready or always_ready,
+                     checks={"fabric": parts.fabric.ready} if parts is not None else None)
     nudger = backend.nudger
     Upkeep(engine, settings.cluster.housekeeping_interval,
            Requeuer(engine, nudger) if nudger is not None else None).start()
