@@ -135,6 +135,12 @@ class NoFabric:
         )
 
 
+class FreeSink(Protocol):
+    """Where a fabric manager's free GPU blocks per zone go: the cluster store, which every filter reads."""
+
+    def set_fabric_free(self, free: Mapping[str, int]) -> None: ...
+
+
 class FabricManager(Protocol):
     """A fabric manager that composes GPU blocks to systems (Redfish: ``webhook.adapters.redfish``).
 
@@ -167,8 +173,8 @@ class FabricManager(Protocol):
         """System -> ids of the blocks composed to it."""
         ...
 
-    def feed(self, store: ClusterStore, interval: float) -> None:
-        """Keep the store's free blocks per zone current (a background thread until ``stop``)."""
+    def feed(self, sink: FreeSink, interval: float) -> None:
+        """Keep ``sink``'s free blocks per zone current (a background thread until ``stop``)."""
         ...
 
     def stop(self) -> None: ...

@@ -26,8 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 from webhook.adapters.redfish import payloads as wire
 from webhook.adapters.redfish.auth import AuthMode
@@ -36,6 +35,7 @@ from webhook.adapters.redfish.http import HttpTransport
 from webhook.adapters.redfish.inventory import Inventory
 from webhook.adapters.redfish.payloads import BlockInfo, FabricError
 from webhook.domain.limits import DEFAULT_MAX_RESPONSE
+from webhook.engine.ports import FreeSink
 from webhook.errors import FabricFailure
 from webhook.wire.fabric_attachment import Block
 
@@ -58,12 +58,6 @@ def _failure(exc: FabricError) -> Exception:
 
 def _read_failure(exc: FabricError) -> Exception:
     return ReadTimeout(str(exc)) if exc.deadline else FabricFailure(str(exc))
-
-
-class FreeSink(Protocol):
-    """Where the free fabric GPUs per zone go (``ClusterStore``)."""
-
-    def set_fabric_free(self, free: Mapping[str, int]) -> None: ...
 
 
 class RedfishFabric:
@@ -139,12 +133,12 @@ class RedfishFabric:
                 out.setdefault(system, set()).add(block.id)
         return out
 
-    def feed(self, store: FreeSink, interval: float) -> None:
-        """Keep ``store``'s free-blocks-per-zone current (a background thread until ``stop``)."""
+    def feed(self, sink: FreeSink, interval: float) -> None:
+        """Keep ``sink``'s free-blocks-per-zone current (a background thread until ``stop``)."""
         def loop() -> None:
             while True:
                 try:
-                    store.set_fabric_free(self.free_per_zone())
+                    sink.set_fabric_free(self.free_per_zone())
                     self._loaded.set()
                 except (FabricError, OSError) as exc:
                     self._last_error = str(exc)
