@@ -99,7 +99,11 @@ def context(pod: Pod, snapshot: Snapshot, proposals: Mapping[str, Reservation], 
     if resolution.problems:  # a group name or a ComputeDomain of another namespace the pod may not join, too
         return Context(resolution, need, None, None, None, "; ".join(resolution.problems), pod_uid=pod.uid)
     assert group is not None
-    outnumbered = segments.outnumbered(group, capacity.domain_members(snapshot, need)) if group.segment else None
+    seg = group.segment
+    # Only a job cut into more segments than there are domains can outnumber them: the per-node count of
+    # what the domains hold is not made on every filter of every segmented job.
+    outnumbered = (segments.outnumbered(group, placement.ceilings(group, need, snapshot, seg.job_size))
+                   if seg is not None and seg.count > len(snapshot.domains) else None)
     if outnumbered:  # no domain, as for any job no plan holds, without planning one
         return Context(resolution, need, None, None, None, outnumbered, pod_uid=pod.uid)
     job, job_size, moved = group, resolution.size, ""

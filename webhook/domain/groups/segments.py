@@ -168,8 +168,9 @@ def segmented(group: Group, size: int | None, pod: Pod, cd: ComputeDomain | None
 
 def outnumbered(group: Group, room: Mapping[str, int]) -> str | None:
     """Why a job cut into more segments than the cluster's NVLink domains can hold is not planned, or None.
-    ``room``: members of the job's demand each domain holds when empty. Every segment is planned at the job's
-    first filter, so their number bounds its cost (20,000 of them took a /filter 2-3 s at 5,000 nodes)."""
+    ``room``: members of the job each domain holds when empty (``placement.ceilings``). Every segment is
+    planned at the job's first filter, so their number bounds its cost (20,000 of them took a /filter 2-3 s
+    at 5,000 nodes)."""
     seg = group.segment
     if seg is None or seg.preferred:
         return None

@@ -141,9 +141,3 @@ def domain_gpus(snapshot: Snapshot) -> dict[str, int]:
         own[domain] += min(count, snapshot.fabric_free.get(zone, 0))
     return own
 
-
-def domain_members(snapshot: Snapshot, need: Demand) -> dict[str, int]:
-    """Members of ``need`` each NVLink domain holds when empty: by GPUs, or one a node for a pod asking none."""
-    if need.gpus <= 0:
-        return {domain: len(nodes) for domain, nodes in snapshot.domains.items()}
-    return {domain: gpus // need.gpus for domain, gpus in domain_gpus(snapshot).items()}

@@ -9,7 +9,7 @@ other groups (their reservations, minus members they placed) is taken out first.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from webhook.domain.groups import segments
@@ -165,16 +165,25 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     spare_fabric = sum(max(0, v) for v in zone_budget.values())
     spare_gpus = sum(local[n.name] for n in usable) + spare_fabric
     spare_nodes = len([n for n in usable if n.name not in placed])
-    # The ceiling ignores current use, holds of other ComputeDomains included: could the domain ever
-    # host the group, once the pods running there finish?
+    ceiling = _ceiling(group, need, remaining, every)
+    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling, len(names), ordered(tally))
+
+
+def _ceiling(group: Group, need: Demand, remaining: int, nodes: Sequence[Node]) -> int:
+    """Members of ``need`` (at most ``remaining``) the nodes could host if every pod on them finished: the
+    ceiling ignores current use, holds of other ComputeDomains included."""
     per_node = 1 if group.one_pod_per_node else remaining
     if need.whole_node:
-        ceiling = sum(1 for n in every if n.gpus > 0)
-    elif need.gpus == 0:
-        ceiling = len(every) if group.one_pod_per_node else remaining
-    else:
-        ceiling = sum(min(per_node, (n.gpus + n.fabric_slots) // need.gpus) for n in every)
-    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling, len(names), ordered(tally))
+        return sum(1 for n in nodes if n.gpus > 0)
+    if need.gpus == 0:
+        return len(nodes) if group.one_pod_per_node else remaining
+    return sum(min(per_node, (n.gpus + n.fabric_slots) // need.gpus) for n in nodes)
+
+
+def ceilings(group: Group, need: Demand, snapshot: Snapshot, most: int) -> dict[str, int]:
+    """Per domain, the members of ``group`` it could host when empty, at most ``most`` (``Offer.ceiling``)."""
+    return {domain: _ceiling(group, need, most, [snapshot.nodes[n] for n in names if n in snapshot.nodes])
+            for domain, names in snapshot.domains.items()}
 
 
 def _place(usable: list[Node], group: Group, need: Demand, remaining: int, local: dict[str, int],
