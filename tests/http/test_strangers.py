@@ -31,6 +31,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import serving
+from tests.kubefake import eventually
 from webhook.service.framing import MAX_CHUNKS
 from webhook.tools.bench import payloads
 from webhook.tools.stats import percentile
@@ -262,22 +263,19 @@ def test_the_probe_port_fails_healthz_while_the_service_port_is_stalled(tmp_path
         holder = _tls(served)
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         holder.sendall(_head("/filter", len(body)) + body)
-        reply = _eventually(lambda: requests.get(f"http://{probe}/healthz", timeout=30), 503)
+        reply = _healthz_answers(probe, 503)
         detail = reply.json()["checks"]["service-port"]["detail"]
         assert reply.json()["status"] == "stalled" and "a request to /filter has waited" in detail
         assert "--stall-timeout 2 s" in detail
         holder.close()  # the client goes: its thread is released
-        _eventually(lambda: requests.get(f"http://{probe}/healthz", timeout=30), 200)
+        _healthz_answers(probe, 200)
         assert "the service port is stalled" in served.output()
         assert "the service port answers again" in served.output()
 
 
-def _eventually(call: object, status: int, ceiling: float = 90.0) -> requests.Response:
-    """``call()`` until it answers ``status``: returns as soon as it does, fails past the ceiling."""
-    deadline = time.monotonic() + ceiling
-    while True:
-        reply: requests.Response = call()  # type: ignore[operator]
-        if reply.status_code == status or time.monotonic() > deadline:
-            assert reply.status_code == status, reply.text
-            return reply
-        time.sleep(0.2)
+
+def _healthz_answers(probe: str, status: int) -> requests.Response:
+    """The probe port's /healthz, once it answers ``status`` (``eventually``: as soon as it does, 90 s at most)."""
+    # A list around the reply: a Response is falsy whenever its status is not 2xx.
+    return eventually(lambda: (r := requests.get(f"http://{probe}/healthz", timeout=30)).status_code == status
+                      and [r], timeout=90, what=f"/healthz answering {status}")[0]

@@ -331,8 +331,11 @@ class ClusterStore:
         self._rederive(key[0])
 
     def _quota_changed(self, kind: str, key: ObjectKey, old: GpuQuota | None, new: GpuQuota | None) -> None:
-        # Read only when a group is given a domain (webhook.domain.placement.quotas): nothing else derives from it.
-        held = tuple(q for k, q in sorted(self._objects[kind].items()) if k[0] == key[0])
+        # Read only when a group is given a domain (webhook.domain.placement.quotas): nothing else derives from
+        # it. Only the namespace's own quotas are gathered again, so a relist of every namespace's quota is
+        # linear, not quadratic.
+        others = [q for q in self._gpu_quotas.get(key[0], ()) if q.name != key[1]]
+        held = tuple(sorted([*others, new] if new is not None else others, key=lambda q: q.name))
         if held:
             self._gpu_quotas[key[0]] = held
         else:
