@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests import builders
 from webhook.domain.decisions import filtering
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Group, GroupKind, Node
 from webhook.domain.placement import candidates
 from webhook.domain.placement.candidates import DERIVED, NO_DOMAIN, OUTSIDE_DOMAIN, CheckedNames, Reasons
@@ -156,7 +157,7 @@ def test_filter_nodes_with_the_engine_memo_matches_the_computed_sets_on_a_real_s
     snap = builders.snapshot(objects)
     pod = parsing.pod(builders.pod("job-0", cd="job"))
     for cands in (sorted(snap.nodes), [*sorted(snap.nodes), "ghost"], ["b-01", "a-02", "a-00", "b-03"]):
-        plain = filtering.filter_nodes(pod, cands, snap, POLICY, {}, 1000.0)
-        memo = filtering.filter_nodes(pod, cands, snap, POLICY, {}, 1000.0, sets=NodeSets())
+        plain = filtering.filter_nodes(pod, cands, DecisionInputs(snap, POLICY, 1000.0))
+        memo = filtering.filter_nodes(pod, cands, DecisionInputs(snap, POLICY, 1000.0, sets=NodeSets()))
         assert (memo.passed, memo.failed, memo.unresolvable, memo.outcome) == \
             (plain.passed, plain.failed, plain.unresolvable, plain.outcome)

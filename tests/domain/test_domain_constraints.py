@@ -14,6 +14,7 @@ from tests import builders
 from webhook.domain import keys
 from webhook.domain.decisions import filtering
 from webhook.domain.groups import grouping
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Demand, Reservation
 from webhook.domain.placement import placement
 from webhook.domain.policy import Policy
@@ -109,8 +110,9 @@ def test_the_filter_refuses_such_a_node_for_good_and_says_why(extra: dict[str, A
     snap = builders.snapshot(objects)
     # The scheduler asks about the one node left; the group's domain was chosen earlier.
     reservation = Reservation("cd:" + builders.cd_uid("pair"), "pair", "ml", RACK, 2, 4, True, NOW, version="1")
+    held = replace(snap, reservations={reservation.group_id: reservation})
     out = filtering.filter_nodes(parsing.pod(builders.pod("pair-0", "pair")), sorted(snap.nodes),
-                                 replace(snap, reservations={reservation.group_id: reservation}), Policy(), {}, NOW)
+                                 DecisionInputs(held, Policy(), NOW))
     assert reason in out.unresolvable.get("n-00", ""), out
     assert set(out.passed) == {"n-01", "n-02", "n-03"}
 

@@ -14,6 +14,7 @@ from tests import builders
 from webhook.domain import keys
 from webhook.domain.decisions import filtering
 from webhook.domain.groups import grouping
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Demand, Reservation
 from webhook.domain.placement import exclusive, placement
 from webhook.domain.policy import Policy
@@ -38,7 +39,7 @@ def reservation(group_id: str, name: str, domain: str, size: int = 2) -> Reserva
 def _filter(objects: list[dict[str, Any]], pod: dict[str, Any], policy: Policy | None = None,
             reservations: dict[str, Reservation] | None = None) -> filtering.FilterOutcome:
     snap = builders.snapshot(objects, reservations)
-    return filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), snap, policy or Policy(), {}, NOW)
+    return filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), DecisionInputs(snap, policy or Policy(), NOW))
 
 
 def _domain(objects: list[dict[str, Any]], out: filtering.FilterOutcome) -> set[str | None]:

@@ -13,6 +13,7 @@ from tests import builders
 from webhook.domain import health, keys
 from webhook.domain.decisions import filtering
 from webhook.domain.health import HealthPolicy
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.errors import WireError
@@ -38,8 +39,8 @@ def sick(node: dict[str, Any], fabric: str | None = None, ready: str | None = No
 def _filter(objects: list[dict[str, Any]], pod: str, cd: str, policy: HealthPolicy = "avoid",
             size_objects: int = 4) -> filtering.FilterOutcome:
     snap = builders.snapshot([*objects, *builders.cd_objects(cd, size_objects)])
-    return filtering.filter_nodes(parsing.pod(builders.pod(pod, cd=cd)), sorted(snap.nodes), snap,
-                                  Policy(fabric_health=policy), {}, 1000.0)
+    return filtering.filter_nodes(parsing.pod(builders.pod(pod, cd=cd)), sorted(snap.nodes),
+                                  DecisionInputs(snap, Policy(fabric_health=policy), 1000.0))
 
 
 @pytest.mark.parametrize(("change", "why"), [
@@ -120,8 +121,8 @@ def test_a_running_group_stays_in_its_domain_when_the_fabric_degrades() -> None:
     objects = [*rack, *builders.rack("b", B, 4),
                builders.pod("job-0", cd="job", node="a-00", phase="Running")]
     snap = builders.snapshot([*objects, *builders.cd_objects("job", 4)])
-    out = filtering.filter_nodes(parsing.pod(builders.pod("job-1", cd="job")), sorted(snap.nodes), snap,
-                                 Policy(fabric_health="refuse"), {}, 1000.0)
+    out = filtering.filter_nodes(parsing.pod(builders.pod("job-1", cd="job")), sorted(snap.nodes),
+                                 DecisionInputs(snap, Policy(fabric_health="refuse"), 1000.0))
     assert out.passed and {snap.nodes[n].domain for n in out.passed} == {A}
 
 

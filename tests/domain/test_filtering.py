@@ -11,6 +11,8 @@ import pytest
 from tests import builders
 from webhook.domain import keys
 from webhook.domain.decisions import filtering
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import resolution
 from webhook.domain.model import Reservation
 from webhook.domain.placement import placement
 from webhook.domain.policy import Policy
@@ -24,7 +26,7 @@ A, B, C = "aaaa-1111.7", "bbbb-2222.7", "cccc-3333.7"  # same clique number, dif
 def _filter(objects: list[dict[str, Any]], pod: dict[str, Any], reservations: dict[str, Reservation] | None = None,
             fabric_free: dict[str, int] | None = None, now: float = 1000.0) -> filtering.FilterOutcome:
     snap = builders.snapshot(objects, reservations, fabric_free)
-    return filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), snap, POLICY, {}, now)
+    return filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), DecisionInputs(snap, POLICY, now))
 
 
 def _domains(objects: list[dict[str, Any]], names: tuple[str, ...]) -> set[str]:
@@ -200,7 +202,7 @@ def test_the_offer_of_a_domain_counts_whole_pods(free_nodes: int, size: int, exp
     objects = [*builders.rack("c", C, free_nodes), *builders.cd_objects("job", size)]
     snap = builders.snapshot(objects)
     pod = parsing.pod(builders.pod("job-0", cd="job"))
-    ctx = filtering.context(pod, snap, {}, POLICY, 0.0)
+    ctx = resolution.resolve(pod, DecisionInputs(snap, POLICY, 0.0))
     assert ctx is not None
     choice = placement.choose(replace(ctx.resolution.group), size, ctx.demand, snap, {})  # type: ignore[arg-type]
     assert (choice.domain == C) == (expected > 0)

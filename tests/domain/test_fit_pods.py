@@ -12,7 +12,8 @@ import pytest
 
 from tests import builders as b
 from webhook.domain import keys
-from webhook.domain.decisions import filtering
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import resolution
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
@@ -92,7 +93,7 @@ def _domain_for(snapshot: Snapshot, pods: int, gpus: int) -> str | None:
     probe = parsing.pod(b.pod("probe-0", None, gpus, annotations={keys.GROUP_ANNOTATION: "probe",
                                                                    keys.GROUP_SIZE_ANNOTATION: str(pods)},
                               namespace="probe"))
-    ctx = filtering.context(probe, snapshot, {}, Policy(), NOW)
+    ctx = resolution.resolve(probe, DecisionInputs(snapshot, Policy(), NOW))
     assert ctx is not None and not ctx.resolution.problems
     return ctx.domain
 

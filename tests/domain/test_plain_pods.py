@@ -11,6 +11,7 @@ import pytest
 
 from tests import builders
 from webhook.domain.decisions import filtering, scoring
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation
 from webhook.domain.placement import plain_pods
 from webhook.domain.policy import Policy
@@ -23,7 +24,8 @@ A = "aaaa-1111.7"
 def _filter(objects: list[dict[str, Any]], pod: dict[str, Any], candidates: list[str] | None = None,
             ) -> filtering.FilterOutcome:
     snap = builders.snapshot(objects)
-    return filtering.filter_nodes(parsing.pod(pod), candidates or sorted(snap.nodes), snap, POLICY, {}, 1000.0)
+    return filtering.filter_nodes(parsing.pod(pod), candidates or sorted(snap.nodes),
+                                  DecisionInputs(snap, POLICY, 1000.0))
 
 
 def _busy(node: str, gpus: int, name: str) -> dict[str, Any]:
@@ -99,7 +101,7 @@ def test_an_absurd_gpu_count_fails_every_node_with_the_count_it_asked() -> None:
 def _scores(objects: list[dict[str, Any]], pod: dict[str, Any], reservations: dict[str, Any] | None = None,
             ) -> dict[str, int]:
     snap = builders.snapshot(objects, reservations)
-    return dict(scoring.prioritize(parsing.pod(pod), sorted(snap.nodes), snap, POLICY, {}, 1000.0))
+    return dict(scoring.prioritize(parsing.pod(pod), sorted(snap.nodes), DecisionInputs(snap, POLICY, 1000.0)))
 
 
 B, C = "bbbb-2222.7", "cccc-3333.7"

@@ -15,6 +15,7 @@ from tests import builders
 from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.decisions import preemption
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
@@ -115,7 +116,7 @@ def _decide(store: ClusterStore, pod: dict[str, Any], candidates: dict[str, list
     uids = {node: [_uid(ref) for ref in refs] for node, refs in candidates.items()}
     victims = {uid: p for refs in uids.values() for uid in refs if (p := store.pod_by_uid(uid)) is not None}
     snap = snapshot or replace(store.snapshot(), reservations=reservations or {})
-    return preemption.preempt(parsing.pod(pod), uids, victims, snap, POLICY, proposals or {}, 1000.0)
+    return preemption.preempt(parsing.pod(pod), uids, victims, DecisionInputs(snap, POLICY, 1000.0, proposals or {}))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -7,6 +7,7 @@ import pytest
 
 from tests import builders
 from webhook.domain.decisions import binding, scoring
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
@@ -19,7 +20,8 @@ A, B = "aaaa-1111.7", "bbbb-2222.7"
 def test_pods_outside_any_group_without_gpus_get_neutral_scores_everywhere() -> None:
     # GPU pods outside any group are packed (tests/domain/test_plain_pods.py)
     snap = builders.snapshot(builders.rack("a", A, 3))
-    scores = scoring.prioritize(parsing.pod(builders.pod("plain", gpus=0)), ["a-00", "a-01"], snap, POLICY, {}, 0.0)
+    scores = scoring.prioritize(parsing.pod(builders.pod("plain", gpus=0)), ["a-00", "a-01"],
+                                DecisionInputs(snap, POLICY, 0.0))
     assert scores == [("a-00", 0), ("a-01", 0)]
 
 
@@ -27,8 +29,8 @@ def test_tighter_packing_scores_higher_and_scores_stay_in_range() -> None:
     objects = [builders.node("roomy", 8, A), builders.node("tight", 8, A), *builders.cd_objects("job", 2),
                builders.pod("other", gpus=4, node="tight", phase="Running", namespace="x")]
     snap = builders.snapshot(objects)
-    scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job")), ["roomy", "tight"], snap,
-                                     POLICY, {}, 0.0))
+    scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job")), ["roomy", "tight"],
+                                     DecisionInputs(snap, POLICY, 0.0)))
     assert scores["tight"] == 10 and 5 <= scores["roomy"] < 10
 
 
@@ -37,7 +39,7 @@ def test_nodes_that_need_a_fabric_attach_score_below_nodes_that_do_not() -> None
                *builders.cd_objects("job", 2)]
     snap = builders.snapshot(objects, fabric_free={"pool": 8})
     scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job", gpus=2)), ["local", "attach"],
-                                     snap, POLICY, {}, 0.0))
+                                     DecisionInputs(snap, POLICY, 0.0)))
     assert 1 <= scores["attach"] <= 4 < 5 <= scores["local"] <= 10
 
 
@@ -49,15 +51,15 @@ def test_among_nodes_that_need_an_attach_the_fewest_fabric_gpus_score_highest() 
                *builders.cd_objects("job", 2)]
     snap = builders.snapshot(objects, fabric_free={"pool": 8})
     scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job", gpus=2)), ["one-local", "busy"],
-                                     snap, POLICY, {}, 0.0))
+                                     DecisionInputs(snap, POLICY, 0.0)))
     assert 1 <= scores["busy"] < scores["one-local"] <= 4
 
 
 def test_nodes_outside_the_groups_domain_score_zero() -> None:
     objects = [*builders.rack("a", A, 2), *builders.rack("b", B, 4), *builders.cd_objects("job", 2)]
     snap = builders.snapshot(objects)
-    scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job")), ["a-00", "b-00"], snap,
-                                     POLICY, {}, 0.0))
+    scores = dict(scoring.prioritize(parsing.pod(builders.pod("job-0", cd="job")), ["a-00", "b-00"],
+                                     DecisionInputs(snap, POLICY, 0.0)))
     assert scores["b-00"] == 0 and scores["a-00"] > 0
 
 
@@ -67,7 +69,8 @@ def _plan(objects: list[dict[str, object]], name: str, node: str, uid: str | Non
     snap = builders.snapshot(objects, reservations, fabric_free)  # type: ignore[arg-type]
     pod_obj = next(o for o in objects if o.get("kind") == "Pod" and o["metadata"]["name"] == name)  # type: ignore[index]
     pod = parsing.pod(pod_obj)
-    return binding.plan(pod, uid if uid is not None else pod.uid, node, snap, POLICY, {}, 100.0, "me")
+    return binding.plan(pod, uid if uid is not None else pod.uid, node,
+                        DecisionInputs(snap, POLICY, 100.0, holder="me"))
 
 
 def test_binding_again_to_the_same_node_is_success() -> None:
@@ -113,4 +116,4 @@ def test_a_pod_that_needs_fabric_gpus_plans_the_attach() -> None:
 def test_a_missing_pod_cannot_be_bound() -> None:
     snap = builders.snapshot(builders.rack("a", A, 1))
     with pytest.raises(DecisionError, match="not found"):
-        binding.plan(None, "u", "a-00", snap, POLICY, {}, 0.0, "me")
+        binding.plan(None, "u", "a-00", DecisionInputs(snap, POLICY, 0.0, holder="me"))

@@ -11,9 +11,9 @@ import pytest
 from tests import builders, controller_objects
 from webhook.domain import keys
 from webhook.domain.admission import mutating
-from webhook.domain.decisions import filtering
 from webhook.domain.groups import grouping, segments
-from webhook.domain.jobs import segment_plan
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import resolution, segment_plan
 from webhook.domain.model import Demand, Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
@@ -181,8 +181,8 @@ def test_healthy_domains_are_planned_first() -> None:
     assert _racks(_plan(nodes, 6, 3, Policy(fabric_health="allow"))) == ["a", "a"]
 
 
-def _context(snap: Snapshot, index: int, policy: Policy | None = None) -> filtering.Context:
-    ctx = filtering.context(parsing.pod(_pod(f"job-{index}", index)), snap, {}, policy or Policy(), 100.0)
+def _context(snap: Snapshot, index: int, policy: Policy | None = None) -> resolution.Context:
+    ctx = resolution.resolve(parsing.pod(_pod(f"job-{index}", index)), DecisionInputs(snap, policy or Policy(), 100.0))
     assert ctx is not None
     return ctx
 

@@ -19,6 +19,7 @@ from webhook.demo import cluster as demo
 from webhook.domain.admission import mutating
 from webhook.domain.decisions import binding, filtering, preemption
 from webhook.domain.groups import grouping
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
@@ -69,27 +70,28 @@ def test_admission_denies_the_pod_with_the_reason_and_no_patch() -> None:
 
 def test_the_filter_refuses_every_node_and_leaves_the_victims_reservation_alone() -> None:
     snap = builders.snapshot(_objects(), {VICTIM_GROUP: VICTIM_RESERVATION})
-    out = filtering.filter_nodes(parsing.pod(THIEF), sorted(snap.nodes), snap, POLICY, {}, 1000.0)
+    out = filtering.filter_nodes(parsing.pod(THIEF), sorted(snap.nodes), DecisionInputs(snap, POLICY, 1000.0))
     assert out.passed == () and not out.failed
     assert set(out.unresolvable) == set(snap.nodes)
     assert all("ml/train" in why for why in out.unresolvable.values())
     assert out.outcome == "invalid-group"
     # The victim's own pod still gets its rack: nothing of the thief's was counted against it.
-    victim = filtering.filter_nodes(parsing.pod(builders.pod("train-0", cd="train")), sorted(snap.nodes), snap,
-                                    POLICY, {}, 1000.0)
+    victim = filtering.filter_nodes(parsing.pod(builders.pod("train-0", cd="train")), sorted(snap.nodes),
+                                    DecisionInputs(snap, POLICY, 1000.0))
     assert len(victim.passed) == 4
 
 
 def test_preemption_keeps_no_node_for_the_pod() -> None:
     snap = builders.snapshot(_objects(), {VICTIM_GROUP: VICTIM_RESERVATION})
-    out = preemption.preempt(parsing.pod(THIEF), {"a-00": ["v"]}, {}, snap, POLICY, {}, 1000.0)
+    out = preemption.preempt(parsing.pod(THIEF), {"a-00": ["v"]}, {}, DecisionInputs(snap, POLICY, 1000.0))
     assert out.kept == () and out.reason_class == "invalid-group"
 
 
 def test_a_bind_is_refused_naming_the_other_namespace() -> None:
     snap = builders.snapshot([*_objects(), THIEF], {VICTIM_GROUP: VICTIM_RESERVATION})
     with pytest.raises(DecisionError, match="ComputeDomain ml/train"):
-        binding.plan(parsing.pod(THIEF), THIEF["metadata"]["uid"], "a-00", snap, POLICY, {}, 1000.0, "r1")
+        binding.plan(parsing.pod(THIEF), THIEF["metadata"]["uid"], "a-00",
+                     DecisionInputs(snap, POLICY, 1000.0, holder="r1"))
 
 
 def test_a_reservation_recorded_for_another_namespace_is_never_joined() -> None:
@@ -98,8 +100,8 @@ def test_a_reservation_recorded_for_another_namespace_is_never_joined() -> None:
     planted = Reservation(group_id=VICTIM_GROUP, group_name="train", namespace="evil", domain=RACK, size=4,
                           gpus_per_pod=4, one_pod_per_node=True, created_at=990.0, version="7")
     snap = builders.snapshot(_objects(), {VICTIM_GROUP: planted})
-    out = filtering.filter_nodes(parsing.pod(builders.pod("train-0", cd="train")), sorted(snap.nodes), snap,
-                                 POLICY, {}, 1000.0)
+    out = filtering.filter_nodes(parsing.pod(builders.pod("train-0", cd="train")), sorted(snap.nodes),
+                                 DecisionInputs(snap, POLICY, 1000.0))
     assert out.passed == () and out.outcome == "invalid-group"
     assert all("reserved for namespace evil" in why for why in out.unresolvable.values())
 

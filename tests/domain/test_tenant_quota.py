@@ -18,6 +18,8 @@ from tests import builders
 from webhook.domain import keys
 from webhook.domain.decisions import filtering
 from webhook.domain.groups import grouping
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import resolution
 from webhook.domain.model import Reservation
 from webhook.domain.placement import quotas
 from webhook.domain.policy import Policy
@@ -45,9 +47,9 @@ def _group_pod(name: str, size: int, namespace: str = "ml", group: str = "job", 
 
 
 def _context(objects: list[dict[str, Any]], pod: dict[str, Any], policy: Policy = POLICY,
-             reservations: dict[str, Reservation] | None = None) -> filtering.Context:
+             reservations: dict[str, Reservation] | None = None) -> resolution.Context:
     snap = builders.snapshot([*objects, pod], reservations, policy=policy)
-    ctx = filtering.context(parsing.pod(pod), snap, {}, policy, NOW)
+    ctx = resolution.resolve(parsing.pod(pod), DecisionInputs(snap, policy, NOW))
     assert ctx is not None
     return ctx
 
@@ -200,7 +202,7 @@ def test_the_largest_segment_count_is_refused_at_once_on_5000_nodes() -> None:
     pod = _group_pod("seg-0", 100_000, **{keys.SEGMENT_SIZE_ANNOTATION: "5", keys.COMPLETION_INDEX: "0"})
     snap = builders.snapshot([*objects, pod])
     started = time.process_time()
-    out = filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), snap, POLICY, {}, NOW)
+    out = filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), DecisionInputs(snap, POLICY, NOW))
     spent = time.process_time() - started
     assert out.outcome == "no-domain" and not out.passed
     assert spent < 30, spent  # a ceiling for a busy machine, not the target: imex-webhook bench measures it

@@ -13,6 +13,7 @@ import pytest
 
 from tests import builders as b
 from webhook.domain import keys
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.views import figures, inspection, inspection_detail
@@ -104,7 +105,7 @@ def test_the_waiting_reason_is_the_one_filter_gives_the_scheduler() -> None:
     objects = [*b.rack("a", RACK, 4), *b.cd_objects("five", 5), *_cd_pods("five", 5, [])]
     snap = b.snapshot(objects)
     pod = next(m.pod for m in snap.members[f"cd:{b.cd_uid('five')}"])
-    outcome = filtering.filter_nodes(pod, [f"a-{i:02d}" for i in range(4)], snap, Policy(), {}, NOW)
+    outcome = filtering.filter_nodes(pod, [f"a-{i:02d}" for i in range(4)], DecisionInputs(snap, Policy(), NOW))
     assert _group(_summary(objects), "five")["reason"] == next(iter(outcome.unresolvable.values()))
 
 

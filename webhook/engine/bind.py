@@ -31,8 +31,9 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
     try:
         core.require_loaded()
         pod = core.store.pod(namespace, name) or core.binder.read_pod(namespace, name)
-        snapshot = core.snapshot()
-        plan = binding.plan(pod, uid, node, snapshot, core.policy, core.choices.lazy(now), now, core.holder)
+        inputs = core.decision_inputs(now)
+        snapshot = inputs.snapshot
+        plan = binding.plan(pod, uid, node, inputs)
         assert pod is not None
         if plan.already_bound:
             decision_log("bind", ref, node=node, outcome="already-bound")

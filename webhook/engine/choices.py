@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from webhook.domain.decisions import filtering
+from webhook.domain.inputs import live_reservations
 from webhook.domain.model import Demand, Group, Reservation, Snapshot
 from webhook.domain.placement import placement
 from webhook.domain.placement.placement import members_summary
@@ -190,7 +190,7 @@ class DomainArbiter:
         choices, res = self.choices, self.proposal
         now = choices.clock()
         snapshot = self.after if self.after is not None else self.current()
-        others = filtering.live_reservations(snapshot, choices.promised(now), choices.policy, now)
+        others = live_reservations(snapshot, choices.promised(now), choices.policy, now)
         others.update(promises)  # the domain's ledger as the store just read it wins over our cache
         others.pop(res.group_id, None)
         _, placed, _ = members_summary(snapshot.members.get(res.group_id, ()))

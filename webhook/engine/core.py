@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from webhook.domain.groups import segments
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.policy import Policy
 from webhook.engine.choices import Choices
@@ -83,7 +84,13 @@ class Core:
         if why is not None:
             raise DecisionError(why)
 
-    def inputs(self) -> tuple[object, ...]:
+    def decision_inputs(self, now: float | None = None) -> DecisionInputs:
+        """What every verb's decision reads, at ``now`` (the clock's time by default), built once per call."""
+        now = self.clock() if now is None else now
+        return DecisionInputs(self.snapshot(), self.policy, now, self.choices.lazy(now), self.holder, self.node_sets,
+                              self.segment_labels.given())
+
+    def fingerprint(self) -> tuple[object, ...]:
         """What a filter decision depends on, by identity: equal tuples mean an equal decision."""
         return (self.store.snapshot(), self.reservations.all(), self.reservations.promises(),
                 self.choices.in_flight)

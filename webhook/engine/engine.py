@@ -19,7 +19,7 @@ from typing import Any
 
 from webhook.domain.admission import admission_review
 from webhook.domain.admission.mutating import MutationResult
-from webhook.domain.decisions import filtering, preemption
+from webhook.domain.decisions import preemption
 from webhook.domain.decisions.filtering import FilterOutcome
 from webhook.domain.model import Node, Pod, Reservation
 from webhook.domain.views import figures, inspection
@@ -86,9 +86,8 @@ class Engine(Core):
 
     def spare_nodes(self, now: float) -> dict[str, int]:
         """Per domain, the spare nodes live reservations hold there (``figures.spare_nodes``)."""
-        snapshot = self.snapshot()
-        live = filtering.live_reservations(snapshot, self.choices.promised(now), self.policy, now)
-        return figures.spare_nodes(snapshot, live)
+        inputs = self.decision_inputs(now)
+        return figures.spare_nodes(inputs.snapshot, inputs.live)
 
     def waiting_groups(self, now: float) -> dict[str, int]:
         """Groups with pods still to place, by why they wait (``figures.WAITING_REASONS``)."""

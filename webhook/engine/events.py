@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from webhook.domain.decisions.filtering import Context
 from webhook.domain.groups import grouping
 from webhook.domain.health import DomainHealth
+from webhook.domain.jobs.resolution import Context
 from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Reservation, Snapshot
 from webhook.domain.placement.placement import members_summary
 from webhook.domain.policy import Policy

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from webhook.domain.decisions import filtering, scoring
+from webhook.domain.jobs.resolution import Context
 from webhook.domain.model import Node, Pod, Reservation
 from webhook.domain.placement import repair
 from webhook.engine.choices import DomainArbiter
@@ -23,11 +24,8 @@ NodeView = Mapping[str, Node] | None  # the nodes as the scheduler sent them (No
 
 def _decide(core: Core, pod: Pod, candidates: Sequence[str],
             node_view: NodeView) -> tuple[filtering.FilterOutcome, tuple[object, ...]]:
-    now = core.clock()
-    inputs = core.inputs()
-    result = filtering.filter_nodes(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now,
-                                    node_view, core.holder, core.node_sets, core.segment_labels.given())
-    return result, inputs
+    fingerprint = core.fingerprint()
+    return filtering.filter_nodes(pod, candidates, core.decision_inputs(), node_view), fingerprint
 
 
 def _gives_segment(result: filtering.FilterOutcome) -> bool:
@@ -79,16 +77,15 @@ def _settle(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView
     return result
 
 
-def _repair_note(core: Core, pod: Pod, ctx: filtering.Context) -> str | None:
+def _repair_note(core: Core, pod: Pod, ctx: Context) -> str | None:
     """Why a replacement of a running group's member waits in the group's domain, if that is the case."""
     group = ctx.group
     if group is None or ctx.resolution.problems:
         return None
-    now = core.clock()
-    snapshot = core.snapshot()
-    others = filtering.live_reservations(snapshot, core.choices.lazy(now), core.policy, now)
+    inputs = core.decision_inputs()
+    snapshot = inputs.snapshot
     known = {m.pod.uid for m in snapshot.members.get(group.id, ())}
-    return repair.waiting(group, ctx.resolution.size, ctx.demand, snapshot, others,
+    return repair.waiting(group, ctx.resolution.size, ctx.demand, snapshot, inputs.live,
                           pending_self=not pod.uid or pod.uid not in known)
 
 
@@ -101,7 +98,7 @@ def _choose(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView
     for _ in range(CHOOSE_ATTEMPTS):
         with choices.hold():
             now = core.clock()
-            if inputs is None or any(a is not b for a, b in zip(core.inputs(), inputs, strict=True)):
+            if inputs is None or any(a is not b for a, b in zip(core.fingerprint(), inputs, strict=True)):
                 result, inputs = _decide(core, pod, candidates, node_view)  # something changed: choose again
             ctx = result.context
             res = ctx.reservation if ctx is not None else None
@@ -129,7 +126,7 @@ def _choose(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView
                         "the scheduler retries")
 
 
-def _store_plan(core: Core, ctx: filtering.Context, res: Reservation, allowed: frozenset[str]) -> Reservation:
+def _store_plan(core: Core, ctx: Context, res: Reservation, allowed: frozenset[str]) -> Reservation:
     """The pod's reservation and, for a segment, the other segments of its job's plan first: the plan is
     stored whole or not at all (a segment that no longer fits withdraws those stored before it)."""
     choices = core.choices
@@ -151,12 +148,9 @@ def _store_plan(core: Core, ctx: filtering.Context, res: Reservation, allowed: f
 
 
 def prioritize(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> list[tuple[str, int]]:
-    now = core.clock()
-    return scoring.prioritize(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now,
-                              node_view)
+    return scoring.prioritize(pod, candidates, core.decision_inputs(), node_view)
 
 
 def scores(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView) -> dict[str, int]:
     """``prioritize`` without the candidates that score the minimum (``scoring.weigh``)."""
-    now = core.clock()
-    return scoring.weigh(pod, candidates, core.snapshot(), core.policy, core.choices.lazy(now), now, node_view)
+    return scoring.weigh(pod, candidates, core.decision_inputs(), node_view)

@@ -32,9 +32,9 @@ def preempt(core: Core, pod: Pod, candidates: Mapping[str, Sequence[str]],
             known = core.store.pod_by_uid(uid) or sent.get(uid)
             if known is not None:
                 victims[uid] = known
-    snapshot = core.snapshot()
-    result = preemption.preempt(pod, candidates, victims, snapshot, core.policy, core.choices.lazy(now), now,
-                                core.holder)
+    inputs = core.decision_inputs(now)
+    snapshot = inputs.snapshot
+    result = preemption.preempt(pod, candidates, victims, inputs)
     ctx = result.context
     if (result.reason_class == "chosen-after-eviction" and ctx is not None and ctx.group is not None
             and ctx.reservation is not None and not ctx.reservation.version):
@@ -66,6 +66,4 @@ def _reserve_for_preemption(core: Core, pod: Pod, candidates: Mapping[str, Seque
         core.report.reserved(pod, ctx.group, stored, snapshot.catalog)
         return result
     # Another replica reserved the group elsewhere first: preempt only inside that domain.
-    now = core.clock()
-    return preemption.preempt(pod, candidates, victims, core.snapshot(), core.policy, core.choices.lazy(now),
-                              now, core.holder)
+    return preemption.preempt(pod, candidates, victims, core.decision_inputs())

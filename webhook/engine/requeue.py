@@ -43,8 +43,9 @@ class Requeuer:
         refusals = core.refusals
         if core.loading() is not None:
             return []
-        inputs = core.inputs()
-        snapshot = core.snapshot()
+        fingerprint = core.fingerprint()
+        decided = core.decision_inputs(self._clock())
+        snapshot = decided.snapshot
         if not refusals.seeded:
             refusals.seeded = True
             for group_id in requeue.waiting_groups(snapshot, core.policy.scheduler_name):
@@ -55,19 +56,17 @@ class Requeuer:
             if not pending:
                 refusals.drop(group_id)  # placed, or gone
                 continue
-            if refusal.inputs is not None and all(a is b for a, b in zip(refusal.inputs, inputs, strict=True)):
+            if refusal.inputs is not None and all(a is b for a, b in zip(refusal.inputs, fingerprint, strict=True)):
                 continue  # the same inputs give the same refusal
-            now = self._clock()
+            now = decided.now
             candidates = refusal.candidates if refusal.candidates is not None else tuple(snapshot.nodes)
             try:
-                outcome = filtering.filter_nodes(pending[0], candidates, snapshot, core.policy,
-                                                 core.choices.lazy(now), now, None, core.holder,
-                                                 core.node_sets)
+                outcome = filtering.filter_nodes(pending[0], candidates, decided)
             except ImexWebhookError as exc:  # e.g. a claim the cache does not have yet
                 log.debug("group %s is not retried yet: %s", group_id, exc)
                 continue
             if not outcome.passed:
-                refusals.checked(group_id, refusal, inputs)
+                refusals.checked(group_id, refusal, fingerprint)
                 continue
             budget = MAX_NUDGES - len(nudged)
             if len(pending) > budget and nudged:

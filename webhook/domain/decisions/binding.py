@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from webhook.domain.decisions import filtering
 from webhook.domain.groups import grouping
-from webhook.domain.model import Demand, Group, Pod, Reservation, Snapshot
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.model import Demand, Group, Pod, Reservation
 from webhook.domain.placement import capacity, placement
-from webhook.domain.policy import Policy
 from webhook.errors import DecisionError
 from webhook.wire.fabric_attachment import Attachment, Phase
 
@@ -33,9 +31,9 @@ class BindPlan:
         return self.attach_gpus > 0 or (self.attachment is not None and self.attachment.phase is not Phase.READY)
 
 
-def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: Policy,
-         proposals: Mapping[str, Reservation], now: float, holder: str) -> BindPlan:
+def plan(pod: Pod | None, uid: str, node_name: str, inputs: DecisionInputs) -> BindPlan:
     """Raise ``DecisionError`` with a reason a human can act on when the bind must not happen."""
+    snapshot, policy, now, holder = inputs.snapshot, inputs.policy, inputs.now, inputs.holder
     if pod is None:
         raise DecisionError("pod not found: it was deleted before it could be bound")
     if uid and pod.uid and pod.uid != uid:
@@ -58,7 +56,7 @@ def plan(pod: Pod | None, uid: str, node_name: str, snapshot: Snapshot, policy: 
         raise DecisionError(f"node {node_name} has no NVLink or fabric domain label; group "
                             f"{group.namespace}/{group.name} runs only inside one domain")
     need = capacity.demand(pod, snapshot.catalog, policy)
-    existing = filtering.current_reservation(group, snapshot, proposals, policy, now)
+    existing = inputs.reservation(group.id)
     if existing is not None and existing.version and existing.domain != node.domain:
         raise DecisionError(f"group {group.namespace}/{group.name} is reserved in domain {existing.domain}, "
                             f"node {node_name} is in {node.domain}; the scheduler retries inside the reservation")

@@ -43,10 +43,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from webhook.domain.decisions import filtering
-from webhook.domain.decisions.filtering import Context
 from webhook.domain.groups import grouping, segments
-from webhook.domain.model import Pod, Reservation, Snapshot
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import resolution
+from webhook.domain.jobs.resolution import Context
+from webhook.domain.model import Pod, Snapshot
 from webhook.domain.placement import capacity, placement
 from webhook.domain.policy import Policy
 
@@ -71,28 +72,28 @@ class PreemptOutcome:
     reason_class: PreemptReasonClass = "not-a-group"
 
 
-def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[str, Pod], snapshot: Snapshot,
-            policy: Policy, proposals: Mapping[str, Reservation], now: float, holder: str = "") -> PreemptOutcome:
+def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[str, Pod],
+            inputs: DecisionInputs) -> PreemptOutcome:
     """Which ``candidates`` (node -> victim pod UIDs) the pod may preempt on.
 
     ``victims``: the victim pods we know, by UID (from the caches, or sent whole by the scheduler); a
     victim we do not know frees nothing in our accounting.
     """
-    ctx = filtering.context(pod, snapshot, proposals, policy, now, holder)
+    ctx = resolution.resolve(pod, inputs)
     if ctx is None:
         return PreemptOutcome(tuple(candidates))
     if ctx.resolution.problems:
         return _none_kept(candidates, ctx, "invalid-group")
     group = ctx.group
     assert group is not None
-    after = without_victims(snapshot, candidates, victims, policy)
+    after = without_victims(inputs.snapshot, candidates, victims, inputs.policy)
     source: PreemptReasonClass
     if ctx.proposal is not None:
         source = "chosen"
     elif ctx.reservation is not None:
         source = "reserved" if ctx.reservation.version else "proposed"
     else:
-        later = filtering.context(pod, after, proposals, policy, now, holder)
+        later = resolution.resolve(pod, inputs.at(after))
         if later is None or later.domain is None:
             why = f"even once the candidates' victims are evicted, {later.reason if later else ctx.reason}"
             return _none_kept(candidates, replace(ctx, reason=why), "no-domain")
@@ -100,7 +101,7 @@ def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[
         source = "chosen-after-eviction"
 
     domain = ctx.domain
-    attaching = capacity.own_attachment(pod.uid, snapshot)
+    attaching = capacity.own_attachment(pod.uid, inputs.snapshot)
     other_domain = f"node is outside domain {domain}, which holds the whole group {group.namespace}/{group.name}"
     kept: list[str] = []
     dropped: dict[str, str] = {}

@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
-from webhook.domain.decisions import filtering
-from webhook.domain.model import Node, Pod, Reservation, Snapshot
+from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import resolution
+from webhook.domain.jobs.resolution import Context
+from webhook.domain.model import Node, Pod, Snapshot
 from webhook.domain.placement import capacity, plain_pods
 from webhook.domain.placement.capacity import Verdict
-from webhook.domain.policy import Policy
 from webhook.wire.extender import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY
 
 
-def score_node(node: Node, ctx: filtering.Context, snapshot: Snapshot) -> int:
+def score_node(node: Node, ctx: Context, snapshot: Snapshot) -> int:
     if ctx.domain is None or node.domain != ctx.domain:
         return MIN_EXTENDER_PRIORITY
     fit = capacity.node_fit(node, ctx.demand, snapshot, ctx.pod_uid)
@@ -38,23 +39,21 @@ def score_node(node: Node, ctx: filtering.Context, snapshot: Snapshot) -> int:
     return 5 + round(5 * tightness)
 
 
-def prioritize(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
-               proposals: Mapping[str, Reservation], now: float,
+def prioritize(pod: Pod, candidates: Sequence[str], inputs: DecisionInputs,
                node_view: Mapping[str, Node] | None = None) -> list[tuple[str, int]]:
     """The score of every candidate, in their order."""
-    scores = weigh(pod, candidates, snapshot, policy, proposals, now, node_view)
+    scores = weigh(pod, candidates, inputs, node_view)
     return list(zip(candidates, map(scores.get, candidates, repeat(MIN_EXTENDER_PRIORITY)), strict=True))
 
 
-def weigh(pod: Pod, candidates: Sequence[str], snapshot: Snapshot, policy: Policy,
-          proposals: Mapping[str, Reservation], now: float,
+def weigh(pod: Pod, candidates: Sequence[str], inputs: DecisionInputs,
           node_view: Mapping[str, Node] | None = None) -> dict[str, int]:
     """The scores of the nodes of the group's domain, those among ``candidates`` at least; a candidate that
     is not in the result scores MIN_EXTENDER_PRIORITY (``prioritize`` lists every candidate)."""
-    ctx = filtering.context(pod, snapshot, proposals, policy, now)
+    ctx = resolution.resolve(pod, inputs)
+    snapshot = inputs.snapshot
     if ctx is None:
-        live = filtering.live_reservations(snapshot, proposals, policy, now)
-        return plain_pods.weigh(pod, candidates, snapshot, live, node_view)
+        return plain_pods.weigh(pod, candidates, snapshot, inputs.live, node_view)
     if ctx.domain is None:
         return {}
     nodes = node_view if node_view is not None else snapshot.nodes

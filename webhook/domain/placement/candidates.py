@@ -17,24 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from typing import Protocol
 
+from webhook.domain.inputs import NodeSets
 from webhook.domain.model import Group, Node
 from webhook.domain.policy import Policy
 
 OUTSIDE_DOMAIN = "node is outside domain of the pod's group"
 NO_DOMAIN = "node has no NVLink or fabric domain label"
 MISSING = "node is not in imex-webhook's cache yet; it is retried on the next cluster event"
-
-
-class NodeSets(Protocol):
-    def labelled(self, nodes: Mapping[str, Node]) -> frozenset[str]:
-        """The names of the nodes of ``nodes`` that are in some domain."""
-        ...
-
-    def outside(self, nodes: Mapping[str, Node], domain: str) -> Mapping[str, str]:
-        """``OUTSIDE_DOMAIN`` for every node of ``nodes`` in another domain than ``domain``, in ``nodes``' order."""
-        ...
 
 
 def labelled_nodes(nodes: Mapping[str, Node]) -> frozenset[str]:

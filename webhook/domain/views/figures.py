@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.domain.decisions import filtering
 from webhook.domain.health import DomainHealth, domain_health
+from webhook.domain.inputs import DecisionInputs, live_reservations
+from webhook.domain.jobs import resolution
 from webhook.domain.model import Demand, Group, GroupKind, Node, Reservation, Snapshot
 from webhook.domain.placement import placement
 from webhook.domain.placement.capacity import attachable, free_local
@@ -59,7 +60,7 @@ def domain_gpus(snapshot: Snapshot, promised: Mapping[str, Reservation], policy:
     their spare nodes (held while the group runs, until its reservation is released: ``placement.holds``
     keeps other groups off both alike)."""
     reserved: dict[str, int] = {}
-    for group_id, res in filtering.live_reservations(snapshot, promised, policy, now).items():
+    for group_id, res in live_reservations(snapshot, promised, policy, now).items():
         _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
         held = max(res.size - placed, 0) + res.spares
         reserved[res.domain] = reserved.get(res.domain, 0) + held * res.gpus_per_pod
@@ -91,6 +92,7 @@ def waiting_reasons(snapshot: Snapshot, promised: Mapping[str, Reservation], pol
     """Each group with a live pod not yet bound, by the reason /filter would give for it now."""
     out = dict.fromkeys(WAITING_REASONS, 0)
     budget = MAX_EVALUATED
+    inputs = DecisionInputs(snapshot, policy, now, promised)
     for group_id, members in snapshot.members.items():
         waiting = [m for m in members if not m.pod.terminated and not m.pod.deleting and not m.pod.node_name]
         if not waiting:
@@ -101,7 +103,7 @@ def waiting_reasons(snapshot: Snapshot, promised: Mapping[str, Reservation], pol
                 out["not-evaluated"] += 1
                 continue
             budget -= 1
-        ctx = filtering.context(waiting[0].pod, snapshot, promised, policy, now)
+        ctx = resolution.resolve(waiting[0].pod, inputs)
         if ctx is None:
             continue
         if ctx.resolution.problems:
@@ -128,7 +130,7 @@ def fit_pods(snapshot: Snapshot, promised: Mapping[str, Reservation], policy: Po
              sizes: Sequence[int] = FIT_SIZES) -> dict[str, dict[int, int]]:
     """For every domain and each size in ``sizes``: how many pods of that many GPUs one new group could be
     given there now, with what live reservations promise other groups taken out first."""
-    return fits_beside(snapshot, filtering.live_reservations(snapshot, promised, policy, now), policy, sizes)
+    return fits_beside(snapshot, live_reservations(snapshot, promised, policy, now), policy, sizes)
 
 
 def fits_beside(snapshot: Snapshot, others: Mapping[str, Reservation], policy: Policy,

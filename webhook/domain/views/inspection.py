@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.domain.decisions.filtering import live_reservations
+from webhook.domain.inputs import live_reservations
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.placement.capacity import free_local
 from webhook.domain.policy import Policy

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from webhook.domain.decisions import filtering
 from webhook.domain.groups import grouping, segments
 from webhook.domain.jobs import segment_plan
 from webhook.domain.model import Group, Pod
@@ -96,8 +95,8 @@ class SegmentBench:
         """The pure plan of ``group`` (the job by default) against the store as it is now: the inputs the
         filter hands it (live reservations, the candidate set) are built once, outside the timing."""
         engine = self.base.engine
-        snap, now = engine.snapshot(), time.time()
-        live = filtering.live_reservations(snap, engine.choices.lazy(now), engine.policy, now)
+        inputs = engine.decision_inputs(time.time())
+        snap, live = inputs.snapshot, inputs.live
         allowed = set(self.base.names)
         chosen = group or self.group
         return lambda: segment_plan.plan(chosen, self.need, snap, live, allowed, engine.policy)
@@ -105,12 +104,12 @@ class SegmentBench:
     def choose_call(self) -> Callable[[], placement.Choice]:
         """``placement.choose`` of the one-domain fresh group over the same store: every domain offered once."""
         engine, base = self.base.engine, self.base
-        snap, now = engine.snapshot(), time.time()
+        inputs = engine.decision_inputs(time.time())
+        snap, live = inputs.snapshot, inputs.live
         resolution = grouping.resolve(base.fresh_pod, snap.catalog, engine.policy)
         group = resolution.group
         assert group is not None
         need = capacity.demand(base.fresh_pod, snap.catalog, engine.policy)
-        live = filtering.live_reservations(snap, engine.choices.lazy(now), engine.policy, now)
         allowed = set(base.names)
         return lambda: placement.choose(group, resolution.size, need, snap, live, allowed=allowed,
                                         health=engine.policy.fabric_health, policy=engine.policy)
