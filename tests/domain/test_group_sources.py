@@ -9,8 +9,9 @@ from dataclasses import fields
 import pytest
 
 from webhook.domain.groups import group_sources
-from webhook.domain.groups.group_sources import GVK, TABLES
+from webhook.domain.groups.group_sources import TABLES
 from webhook.domain.model import Catalog
+from webhook.wire.kinds import Kind
 
 
 def test_every_table_feeds_a_mapping_of_the_catalog() -> None:
@@ -18,13 +19,14 @@ def test_every_table_feeds_a_mapping_of_the_catalog() -> None:
 
 
 def test_the_tables_keep_the_labels_operators_see_and_one_api_kind_each() -> None:
-    assert [t.label for t in TABLES] == ["PodGroup", "PodGroup.v1alpha2", "Workload", "JobSet", "PyTorchJob", "MPIJob"]
-    assert len({t.gvk for t in TABLES}) == len(TABLES)
+    assert [t.kind.label for t in TABLES] == ["PodGroup", "PodGroup.v1alpha2", "Workload", "JobSet", "PyTorchJob",
+                                              "MPIJob"]
+    assert len({(t.kind.group, t.kind.version, t.kind.kind) for t in TABLES}) == len(TABLES)
 
 
 def test_an_api_kind_reads_as_its_api_version_and_kind() -> None:
-    assert str(GVK("scheduling.k8s.io", "v1beta1", "PodGroup")) == "scheduling.k8s.io/v1beta1 PodGroup"
-    assert GVK("", "v1", "Pod").api_version == "v1"
+    assert str(Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")) == "scheduling.k8s.io/v1beta1 PodGroup"
+    assert Kind("", "v1", "Pod", "pods").api_version == "v1"
 
 
 @pytest.mark.parametrize(("api_version", "kind", "label"), [
@@ -38,4 +40,4 @@ def test_an_api_kind_reads_as_its_api_version_and_kind() -> None:
 def test_an_object_from_a_file_goes_to_the_first_table_of_its_api_group(api_version: str | None, kind: str,
                                                                         label: str | None) -> None:
     table = group_sources.table_for(api_version, kind)
-    assert (table.label if table else None) == label
+    assert (table.kind.label if table else None) == label

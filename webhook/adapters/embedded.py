@@ -165,7 +165,7 @@ class EmbeddedBackend:
         for obj in objects:
             # A group source's object goes to the table of its API group (webhook.domain.groups.group_sources).
             table = group_sources.table_for(obj.get("apiVersion"), obj["kind"])
-            kind = table.label if table is not None else obj["kind"]
+            kind = table.kind.label if table is not None else obj["kind"]
             if kind in by_kind:
                 by_kind[kind].append(obj)
             else:

@@ -11,8 +11,9 @@ One object that cannot be parsed or derived never stops the others: whatever it 
 or a ``RecursionError``, ``OverflowError``, ``TypeError``... from a field no one foresaw) skips that object
 alone (``webhook.state.rejects``).
 
-Every kind is one row of ``webhook.state.kinds.ROWS``: how it parses, how it is keyed, what to derive again
-when one changes.
+Every kind is one row of ``webhook.state.kinds.ROWS``, keyed by its ``webhook.wire.kinds.Kind``: how it
+parses, how it is keyed, which handler derives again what depends on it. The feeding methods take a
+``Kind`` or its label (files and tests name kinds by label); the label becomes its ``Kind`` once, there.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any, TypeVar
 
-from webhook.domain.groups.group_sources import TABLES, Table
+from webhook.domain.groups.group_sources import TABLES
 from webhook.domain.model import Catalog, ClaimSpec, ComputeDomain, GpuQuota, Node, ObjectKey, Pod, Snapshot
 from webhook.domain.policy import Policy
 from webhook.domain.reading.slices import SliceGpus
 from webhook.errors import WireError
-from webhook.state import kinds, workload_tables
+from webhook.state import kinds
 from webhook.state.assumed import AssumedBindings
 from webhook.state.attachment_table import AttachmentTable
 from webhook.state.imex_holds import ImexHolds
@@ -36,24 +37,15 @@ from webhook.state.pod_index import PodIndex, derive
 from webhook.state.rejects import Rejects
 from webhook.state.workload_tables import WorkloadTables
 from webhook.wire.fabric_attachment import Attachment
+from webhook.wire.kinds import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, Kind, object_key
+from webhook.wire.kinds import resource_version as _version
 
-KINDS = ("Node", "Pod", "ResourceClaim", "ResourceClaimTemplate", "ComputeDomain", "Job", "ResourceSlice",
-         "ResourceQuota", *workload_tables.KINDS)
+# The labels of the kinds the store holds, in its order, as files, tests and the metrics name them.
+KINDS: tuple[str, ...] = tuple(kind.label for kind in kinds.KINDS)
 
 T = TypeVar("T")
-
-
-def _key(obj: Mapping[str, Any]) -> ObjectKey:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(meta, Mapping):
-        return ("", "")
-    namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    return (namespace if isinstance(namespace, str) else "", name if isinstance(name, str) else "")
-
-
-def _version(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return str(meta.get("resourceVersion") or "") if isinstance(meta, Mapping) else ""
+# What a change of one object derives again: (kind, key, old, new), old or new None when there is none.
+Handler = Callable[[Kind, ObjectKey, Any, Any], None]
 
 
 class ClusterStore:
@@ -62,9 +54,9 @@ class ClusterStore:
         self._lock = threading.RLock()
         self._workloads = WorkloadTables()  # PodGroups, Workloads, JobSets, training jobs (docs/GROUPS.md)
         # The parsed objects of every kind, by key; the workload kinds' tables are those WorkloadTables reads.
-        self._objects: dict[str, dict[ObjectKey, Any]] = {kind: {} for kind in KINDS}
-        self._objects.update({t.label: self._workloads.tables[t.gvk] for t in TABLES})
-        self._node_index = NodeIndex(self._objects["Node"])
+        self._objects: dict[Kind, dict[ObjectKey, Any]] = {kind: {} for kind in kinds.KINDS}
+        self._objects.update({t.kind: self._workloads.tables[t.kind] for t in TABLES})
+        self._node_index = NodeIndex(self._objects[NODES])
         self._imex_holds = ImexHolds()
         self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
         self._gpu_quotas: dict[str, tuple[GpuQuota, ...]] = {}  # namespace -> its quotas' GPU lines
@@ -79,18 +71,32 @@ class ClusterStore:
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
         self._listeners: list[Callable[[], None]] = []
         self._split_jobs: dict[str, tuple[str, int]] = {}  # preferred job's group id -> (namespace, segment size)
+        # Each row's handler (webhook.state.kinds.Derive), bound once.
+        handlers: dict[kinds.Derive, Handler] = {
+            kinds.Derive.NODE: self._node_changed,
+            kinds.Derive.SLICE: self._slice_changed,
+            kinds.Derive.POD: self._pod_changed,
+            kinds.Derive.CATALOG: self._catalog_changed,
+            kinds.Derive.CLAIM: self._claim_changed,
+            kinds.Derive.COMPUTE_DOMAIN: self._cd_changed,
+            kinds.Derive.QUOTA: self._quota_changed,
+            kinds.Derive.WORKLOAD: self._workload_changed,
+        }
+        self._handlers: dict[Kind, Handler] = {kind: handlers[row.changed] for kind, row in kinds.ROWS.items()}
 
     # -- feeding -------------------------------------------------------------------------------------
 
-    def expect(self, kinds: Iterable[str]) -> None:
+    def expect(self, expected: Iterable[Kind | str]) -> None:
         """Declare the kinds whose initial list must arrive before the store counts as synced."""
+        labels = [kinds.kind_of(kind).label for kind in expected]
         with self._lock:
-            for kind in kinds:
-                self._synced.setdefault(kind, False)
+            for label in labels:
+                self._synced.setdefault(label, False)
 
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
+    def mark_synced(self, kind: Kind | str, synced: bool = True) -> None:
+        label = kinds.kind_of(kind).label
         with self._lock:
-            self._synced[kind] = synced
+            self._synced[label] = synced
 
     def sync_state(self) -> dict[str, bool]:
         with self._lock:
@@ -101,12 +107,14 @@ class ClusterStore:
         with self._lock:
             return all(self._synced.values())
 
-    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, kind: Kind | str, objects: Iterable[Mapping[str, Any]]) -> None:
         """A full relist: whatever is not in ``objects`` is gone."""
+        kind = kinds.kind_of(kind)
+        row = kinds.ROWS[kind]
         objects = list(objects)
         with self._lock:
-            present = {_key(o) for o in objects}
-            kept = {kinds.row(kind).table_key(k) for k in present}
+            present = {object_key(o) for o in objects}
+            kept = {row.table_key(k) for k in present}
             self._deferred = set()
             try:
                 for key in [k for k in self._objects[kind] if k not in kept]:
@@ -120,21 +128,22 @@ class ClusterStore:
                 self._rederive(namespace)
             self._changed()
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+    def apply(self, kind: Kind | str, event: str, obj: Mapping[str, Any]) -> None:
         """One watch event: ADDED, MODIFIED or DELETED."""
+        kind = kinds.kind_of(kind)
         with self._lock:
             if event == "DELETED":
-                if kind in self._objects:
-                    self._put(kind, kinds.row(kind).table_key(_key(obj)), None)
-                self._rejects.clear(kind, _key(obj))
+                self._put(kind, kinds.ROWS[kind].table_key(object_key(obj)), None)
+                self._rejects.clear(kind, object_key(obj))
             else:
                 self._upsert(kind, obj)
             self._changed()
 
-    def modify(self, kind: str, key: ObjectKey, change: Callable[[T | None], T | None]) -> T | None:
+    def modify(self, kind: Kind | str, key: ObjectKey, change: Callable[[T | None], T | None]) -> T | None:
         """Read-modify-write of one parsed object under the store's lock, for a feeder that holds parsed
         objects, not API objects (the embedded cluster's bindings): ``change`` gets the object held (None:
         none) and returns what to hold, the same object to change nothing, None to hold none."""
+        kind = kinds.kind_of(kind)
         with self._lock:
             current = self._objects[kind].get(key)
             new = change(current)
@@ -150,11 +159,11 @@ class ClusterStore:
         returned."""
         with self._lock:
             why = refuse(self.snapshot()) if refuse is not None else None
-            current = self._objects["Pod"].get(pod.key)
+            current = self._objects[PODS].get(pod.key)
             held = current if current is not None and current.uid == pod.uid else pod
             if why is None and held.node_name is None:
                 self._assumed.add(held, node)
-                self._put("Pod", held.key, held)
+                self._put(PODS, held.key, held)
                 self._changed()
             return why
 
@@ -162,9 +171,9 @@ class ClusterStore:
         """The binding ``assume_bound`` announced failed: the pod is on no node again, unless the watch has
         shown it bound meanwhile (then the API server did bind it, and the watch is right)."""
         with self._lock:
-            current = self._objects["Pod"].get(pod.key)
+            current = self._objects[PODS].get(pod.key)
             if self._assumed.withdraw(pod, node) and current is not None and current.node_name == node:
-                self._put("Pod", pod.key, replace(current, node_name=None))
+                self._put(PODS, pod.key, replace(current, node_name=None))
                 self._changed()
 
     @property
@@ -250,11 +259,11 @@ class ClusterStore:
     def rejected_counts(self) -> dict[str, int]:
         """Objects skipped now because they could not be parsed, for every kind the store holds."""
         with self._lock:
-            return self._rejects.counts(KINDS)
+            return self._rejects.counts(kinds.KINDS)
 
     def raw_counts(self) -> dict[str, int]:
         with self._lock:
-            return {kind: len(self._objects[kind]) for kind in KINDS}
+            return {kind.label: len(self._objects[kind]) for kind in kinds.KINDS}
 
     # -- internals -----------------------------------------------------------------------------------
 
@@ -263,24 +272,24 @@ class ClusterStore:
         for listener in self._listeners:
             listener()
 
-    def _upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def _upsert(self, kind: Kind, obj: Mapping[str, Any]) -> None:
         try:
             if not isinstance(obj, Mapping):
-                raise WireError(kind, f"expected an object, got {type(obj).__name__}")
-            row = kinds.row(kind)
+                raise WireError(kind.label, f"expected an object, got {type(obj).__name__}")
+            row = kinds.ROWS[kind]
             parsed = row.parse(self.policy, obj)
             if parsed is None:  # not one of ours after all (another API group's kind of the same name)
-                self._put(kind, row.table_key(_key(obj)), None)
+                self._put(kind, row.table_key(object_key(obj)), None)
             else:
                 self._put(kind, row.key(parsed), parsed)
         except Exception as exc:  # any failure of one object skips that object, nothing more
-            self._rejects.add(kind, _key(obj), _version(obj), exc)
+            self._rejects.add(kind, object_key(obj), _version(obj), exc)
         else:
-            self._rejects.clear(kind, _key(obj))
+            self._rejects.clear(kind, object_key(obj))
 
-    def _put(self, kind: str, key: ObjectKey, new: Any) -> None:
+    def _put(self, kind: Kind, key: ObjectKey, new: Any) -> None:
         """Hold ``new`` under ``key`` (None: hold nothing) and derive again what depends on it."""
-        if kind == "Pod" and len(self._assumed):
+        if kind == PODS and len(self._assumed):
             new = self._assumed.merge(key, new)
         table = self._objects[kind]
         old = table.pop(key, None)
@@ -289,30 +298,26 @@ class ClusterStore:
         if old is None and new is None:
             return
         try:
-            row = kinds.row(kind)
-            if row.table is not None:
-                self._workload_changed(row.table, key, old, new)
-            else:
-                getattr(self, row.changed)(kind, key, old, new)
+            self._handlers[kind](kind, key, old, new)
         except Exception:
             table.pop(key, None)  # an object whose derived facts cannot be kept is not kept either
             raise
 
-    def _node_changed(self, kind: str, key: ObjectKey, old: Node | None, new: Node | None) -> None:
+    def _node_changed(self, kind: Kind, key: ObjectKey, old: Node | None, new: Node | None) -> None:
         self._node_index.refresh(key[1])
 
-    def _slice_changed(self, kind: str, key: ObjectKey, old: SliceGpus | None, new: SliceGpus | None) -> None:
+    def _slice_changed(self, kind: Kind, key: ObjectKey, old: SliceGpus | None, new: SliceGpus | None) -> None:
         self._node_index.slice_changed(old, new)
 
-    def _pod_changed(self, kind: str, key: ObjectKey, old: Pod | None, new: Pod | None) -> None:
+    def _pod_changed(self, kind: Kind, key: ObjectKey, old: Pod | None, new: Pod | None) -> None:
         self._index.unset(key)
         if new is not None:
             self._index.set(derive(new, self._catalog(), self.policy, self._node_index.nodes))
 
-    def _catalog_changed(self, kind: str, key: ObjectKey, old: object, new: object) -> None:
+    def _catalog_changed(self, kind: Kind, key: ObjectKey, old: object, new: object) -> None:
         self._rederive(key[0])
 
-    def _claim_changed(self, kind: str, key: ObjectKey, old: ClaimSpec | None, new: ClaimSpec | None) -> None:
+    def _claim_changed(self, kind: Kind, key: ObjectKey, old: ClaimSpec | None, new: ClaimSpec | None) -> None:
         self._imex_holds.changed(old, new)
         # Only pods that name the claim resolve through it (a template's pods read the template); a claim of
         # a template changes several times per pod (allocation, reservedFor), and deriving the namespace
@@ -323,14 +328,14 @@ class ClusterStore:
         for pod in self._index.naming_claim(*key):
             self._put_again(pod)
 
-    def _cd_changed(self, kind: str, key: ObjectKey, old: ComputeDomain | None, new: ComputeDomain | None) -> None:
+    def _cd_changed(self, kind: Kind, key: ObjectKey, old: ComputeDomain | None, new: ComputeDomain | None) -> None:
         if old is not None:
             self._cds.pop(old.uid, None)
         if new is not None:
             self._cds[new.uid] = new
         self._rederive(key[0])
 
-    def _quota_changed(self, kind: str, key: ObjectKey, old: GpuQuota | None, new: GpuQuota | None) -> None:
+    def _quota_changed(self, kind: Kind, key: ObjectKey, old: GpuQuota | None, new: GpuQuota | None) -> None:
         # Read only when a group is given a domain (webhook.domain.placement.quotas): nothing else derives from
         # it. Only the namespace's own quotas are gathered again, so a relist of every namespace's quota is
         # linear, not quadratic.
@@ -341,15 +346,15 @@ class ClusterStore:
         else:
             self._gpu_quotas.pop(key[0], None)
 
-    def _workload_changed(self, table: Table, key: ObjectKey, old: object, new: object) -> None:
+    def _workload_changed(self, kind: Kind, key: ObjectKey, old: object, new: object) -> None:
         if old != new:  # a status-only update parses to the same object: nothing to derive again
-            self._workloads.publish(table, key)
+            self._workloads.publish(kind, key)
             self._rederive(key[0])
 
     def _catalog(self, copy: bool = False) -> Catalog:
         """The live tables while deriving; copies for a snapshot, which outlives the next change."""
         o = self._objects
-        catalog = Catalog(o["ResourceClaimTemplate"], o["ResourceClaim"], self._cds, o["Job"], **self._workloads.views,
+        catalog = Catalog(o[RESOURCE_CLAIM_TEMPLATES], o[RESOURCE_CLAIMS], self._cds, o[JOBS], **self._workloads.views,
                           split_jobs={job: size for job, (_, size) in self._split_jobs.items()})
         if not copy:
             return catalog
@@ -366,9 +371,9 @@ class ClusterStore:
 
     def _put_again(self, pod: Pod) -> None:
         try:
-            self._put("Pod", pod.key, pod)
+            self._put(PODS, pod.key, pod)
         except Exception as exc:  # one pod that no longer derives is skipped, not the rest
-            self._rejects.add("Pod", pod.key, "", exc)
+            self._rejects.add(PODS, pod.key, "", exc)
 
     def _build(self) -> Snapshot:
         nodes, domains = self._node_index.view()

@@ -1,4 +1,5 @@
-"""The objects the ``ClusterStore`` skips because they cannot be parsed or derived, by kind.
+"""The objects the ``ClusterStore`` skips because they cannot be parsed or derived, by kind (logged and
+counted under the kind's label).
 
 Each is kept (key -> resourceVersion) until a later version parses or the object is deleted, so the
 ``imex_webhook_cache_rejected_objects`` gauge counts what is skipped now, and each is logged once per
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Set
 
 from webhook.domain.model import ObjectKey
 from webhook.errors import WireError
+from webhook.wire.kinds import Kind
 from webhook.wire.text import ELLIPSIS, clip
 
 log = logging.getLogger(__name__)
@@ -36,20 +38,20 @@ class Rejects:
     """Not thread-safe on its own: the store calls it under its lock."""
 
     def __init__(self) -> None:
-        self._by_kind: dict[str, dict[ObjectKey, str]] = defaultdict(dict)
+        self._by_kind: dict[Kind, dict[ObjectKey, str]] = defaultdict(dict)
 
-    def add(self, kind: str, key: ObjectKey, version: str, exc: BaseException) -> None:
+    def add(self, kind: Kind, key: ObjectKey, version: str, exc: BaseException) -> None:
         rejects = self._by_kind[kind]
         if key in rejects and rejects[key] == version:
             return  # already logged: the same object again, from a relist
         rejects[key] = version
         name = "/".join(k for k in key if k) or "(unnamed)"
-        log.warning("skipping malformed %s %s (resourceVersion %s): %s", kind, name, version or "?", explain(exc))
+        log.warning("skipping malformed %s %s (resourceVersion %s): %s", kind.label, name, version or "?", explain(exc))
 
-    def clear(self, kind: str, key: ObjectKey) -> None:
+    def clear(self, kind: Kind, key: ObjectKey) -> None:
         self._by_kind[kind].pop(key, None)
 
-    def keep_only(self, kind: str, present: Set[ObjectKey]) -> None:
+    def keep_only(self, kind: Kind, present: Set[ObjectKey]) -> None:
         rejects = self._by_kind[kind]
         for key in [k for k in rejects if k not in present]:
             del rejects[key]
@@ -57,5 +59,6 @@ class Rejects:
     def total(self) -> int:
         return sum(len(r) for r in self._by_kind.values())
 
-    def counts(self, kinds: Iterable[str]) -> dict[str, int]:
-        return {kind: len(self._by_kind.get(kind) or ()) for kind in kinds}
+    def counts(self, kinds: Iterable[Kind]) -> dict[str, int]:
+        """By label, as the metrics name the kinds."""
+        return {kind.label: len(self._by_kind.get(kind) or ()) for kind in kinds}

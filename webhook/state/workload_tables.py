@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.domain.groups.group_sources import GVK, TABLES, Parsed, Table
+from webhook.domain.groups.group_sources import TABLES, Parsed, Table
 from webhook.domain.model import ObjectKey
+from webhook.wire.kinds import Kind
 
-# The store's names for the tables (their labels), in the order of the sources.
-KINDS: tuple[str, ...] = tuple(t.label for t in TABLES)
-BY_LABEL: dict[str, Table] = {t.label: t for t in TABLES}
+# The store's names for the tables (their kinds' labels, as files, metrics and tests name them), in the
+# order of the sources.
+KINDS: tuple[str, ...] = tuple(t.kind.label for t in TABLES)
+BY_KIND: dict[Kind, Table] = {t.kind: t for t in TABLES}
 
 
 class WorkloadTables:
@@ -25,17 +27,18 @@ class WorkloadTables:
     thread-safe on its own: the store calls it under its lock."""
 
     def __init__(self) -> None:
-        self.tables: dict[GVK, dict[ObjectKey, Parsed]] = {t.gvk: {} for t in TABLES}  # filled by the store
+        self.tables: dict[Kind, dict[ObjectKey, Parsed]] = {t.kind: {} for t in TABLES}  # filled by the store
         # Typed by the Catalog's fields, which these become (webhook.state.cluster).
         self.views: dict[str, dict[Any, Any]] = {t.view.field: {} for t in TABLES}
 
-    def publish(self, table: Table, key: ObjectKey) -> None:
-        """The object under ``key`` changed in ``table``: update the mapping grouping reads. Of the tables
-        that feed one entry of a mapping, the first that holds an object wins."""
+    def publish(self, kind: Kind, key: ObjectKey) -> None:
+        """The object under ``key`` changed in the table of ``kind``: update the mapping grouping reads. Of
+        the tables that feed one entry of a mapping, the first that holds an object wins."""
+        table = BY_KIND[kind]
         entry = table.view_key(key)
         found = next((held for t in TABLES
                       if t.view == table.view and t.view_key(key) == entry
-                      and (held := self.tables[t.gvk].get(key)) is not None), None)
+                      and (held := self.tables[t.kind].get(key)) is not None), None)
         view = self.views[table.view.field]
         if found is None:
             view.pop(entry, None)

@@ -16,7 +16,7 @@ from tests.adapters.kube.conftest import Connect
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube import backend as kube_backend
 from webhook.adapters.kube.backend import KubeBackend
-from webhook.adapters.kube.resources import CLUSTER_RESOURCES
+from webhook.adapters.kube.resources import CLUSTER_KINDS
 from webhook.domain.groups import grouping
 from webhook.domain.groups.group_sources import TABLES
 
@@ -101,10 +101,10 @@ def test_a_forbidden_workload_api_leaves_the_backend_ready_but_a_needed_one_does
 
 
 def test_every_table_of_the_group_sources_is_watched_under_its_label_and_may_be_absent() -> None:
-    watched = {r.kind: (r.group, r.version, r.plural) for r in CLUSTER_RESOURCES}
+    watched = {k.label: (k.group, k.version, k.plural) for k in CLUSTER_KINDS}
     for table in TABLES:
-        assert watched[table.label] == (table.gvk.group, table.gvk.version, table.plural)
-        assert table.label in kube_backend.OPTIONAL_KINDS & kube_backend.FORBIDDEN_OK_KINDS
+        assert watched[table.kind.label] == (table.kind.group, table.kind.version, table.kind.plural)
+        assert table.kind in kube_backend.OPTIONAL_KINDS & kube_backend.FORBIDDEN_OK_KINDS
 
 
 def test_the_webhooks_role_may_list_and_watch_every_table_of_the_group_sources() -> None:
@@ -112,5 +112,5 @@ def test_the_webhooks_role_may_list_and_watch_every_table_of_the_group_sources()
     (role,) = [d for d in yaml.safe_load_all(manifest.read_text())
                if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "imex-webhook"]
     for table in TABLES:
-        assert any(table.gvk.group in r["apiGroups"] and table.plural in r["resources"]
-                   and {"get", "list", "watch"} <= set(r["verbs"]) for r in role["rules"]), str(table.gvk)
+        assert any(table.kind.group in r["apiGroups"] and table.kind.plural in r["resources"]
+                   and {"get", "list", "watch"} <= set(r["verbs"]) for r in role["rules"]), str(table.kind)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.concurrency import run_together
-from webhook.adapters.kube.cache import WatchedCache, object_key, older
+from webhook.adapters.kube.cache import WatchedCache, cache_key, older
 from webhook.errors import WireError
 
 
@@ -53,7 +53,7 @@ def test_a_resource_version_is_older_only_when_both_are_numbers_and_it_is_smalle
     ("not an object", None),
 ])
 def test_objects_are_keyed_by_name_or_namespace_and_name(o: Any, key: str | None) -> None:
-    assert object_key(o) == key
+    assert cache_key(o) == key
 
 
 def test_a_list_replaces_everything_and_marks_the_cache_synced_only_when_told() -> None:

@@ -37,35 +37,36 @@ from webhook.adapters.kube.node_labels import NodeDomainLabeller
 from webhook.adapters.kube.nudges import PodNudger
 from webhook.adapters.kube.reservations import KubeReservationStore
 from webhook.adapters.kube.resources import (
-    CLUSTER_RESOURCES,
+    CLUSTER_KINDS,
     COMPUTE_DOMAINS,
     DOMAIN_RESERVATIONS,
     FABRIC_ATTACHMENTS,
+    NODES,
     PODS,
     RESOURCE_QUOTAS,
-    Resource,
 )
 from webhook.adapters.kube.watch import Sink, Watcher
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import keys
+from webhook.domain.groups.group_sources import TABLES
 from webhook.domain.model import Pod
 from webhook.domain.reading import parsing
 from webhook.engine.ports import Binder, Nudger, ReservationStore
 from webhook.errors import DecisionError, WireError
-from webhook.state import workload_tables
 from webhook.state.cluster import ClusterStore
+from webhook.wire.kinds import Kind
 
 log = logging.getLogger(__name__)
 __all__ = ["KubeBackend", "KubeBinder", "KubeConfigError", "connect"]
 
 # NVIDIA's DRA driver installs the ComputeDomain CRD; a cluster without it still has annotated and
 # fabric groups to schedule, so its absence is an empty list, not a failure.
-OPTIONAL_KINDS = frozenset({COMPUTE_DOMAINS.kind, DOMAIN_RESERVATIONS.kind, FABRIC_ATTACHMENTS.kind,
-                            RESOURCE_QUOTAS.kind, *workload_tables.KINDS})
+OPTIONAL_KINDS = frozenset({COMPUTE_DOMAINS, DOMAIN_RESERVATIONS, FABRIC_ATTACHMENTS, RESOURCE_QUOTAS,
+                            *(t.kind for t in TABLES)})
 # They only refine groups: an operator who grants no access to them (403) loses that refinement, not the
 # service's readiness. Without ResourceQuotas (an upgrade that kept the older RBAC), what a namespace may hold
 # for pods not created is bounded by --max-reserved-gpus-per-namespace alone (webhook.domain.placement.quotas).
-FORBIDDEN_OK_KINDS = frozenset({*workload_tables.KINDS, RESOURCE_QUOTAS.kind})
+FORBIDDEN_OK_KINDS = frozenset({*(t.kind for t in TABLES), RESOURCE_QUOTAS})
 RECONCILER_LEASE = "imex-webhook-reconciler"
 STOP_TIMEOUT = 5.0  # seconds stop() waits for all watch threads together
 # Fifteen long-lived watches plus the binds of every gunicorn thread at once, without urllib3 discarding
@@ -144,16 +145,16 @@ class KubeBackend:
         self._started = False
         # label_nodes: keep imex-webhook.io/domain on every Node (node_labels), fed by the Node watch.
         self.node_labels = NodeDomainLabeller(api, store.policy) if label_nodes else None
-        sinks: list[tuple[Resource, Sink]] = [
-            (r, self.node_labels.tee(store) if self.node_labels and r.kind == "Node" else store)
-            for r in CLUSTER_RESOURCES]
+        sinks: list[tuple[Kind, Sink]] = [
+            (kind, self.node_labels.tee(store) if self.node_labels and kind == NODES else store)
+            for kind in CLUSTER_KINDS]
         sinks.append((DOMAIN_RESERVATIONS, self._reservations.cache))
         sinks.append((FABRIC_ATTACHMENTS, self.attachments.cache))
-        self._watchers = [Watcher(api, resource, sink, self._stopping, optional=resource.kind in OPTIONAL_KINDS,
-                                  forbidden_ok=resource.kind in FORBIDDEN_OK_KINDS, settings=settings)
-                          for resource, sink in sinks]
+        self._watchers = [Watcher(api, kind, sink, self._stopping, optional=kind in OPTIONAL_KINDS,
+                                  forbidden_ok=kind in FORBIDDEN_OK_KINDS, settings=settings)
+                          for kind, sink in sinks]
         # Declared now, not at start(): /readyz must say "not yet" from the first moment.
-        store.expect(r.kind for r in CLUSTER_RESOURCES)
+        store.expect(CLUSTER_KINDS)
 
     def start(self) -> None:
         if self._started:
@@ -180,9 +181,9 @@ class KubeBackend:
     def ready(self) -> tuple[bool, str]:
         waiting = [kind for kind, synced in self.store.sync_state().items() if not synced]
         if not self._reservations.synced:
-            waiting.append(DOMAIN_RESERVATIONS.kind)
+            waiting.append(DOMAIN_RESERVATIONS.label)
         if not self.attachments.synced:
-            waiting.append(FABRIC_ATTACHMENTS.kind)
+            waiting.append(FABRIC_ATTACHMENTS.label)
         if waiting:
             return False, "waiting for the first list of " + ", ".join(waiting)
         # A watch that stopped making progress serves an ever older cache (watch, "Progress").

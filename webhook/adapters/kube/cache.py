@@ -29,6 +29,8 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from webhook.errors import WireError
+from webhook.wire.kinds import Kind, object_key
+from webhook.wire.kinds import resource_version as _version
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +44,13 @@ def older(new: str, old: str) -> bool:
     return new.isdigit() and old.isdigit() and int(new) < int(old)
 
 
-def object_key(obj: Any) -> str | None:
-    """``name`` or ``namespace/name`` of a Kubernetes object; ``None`` when it has no readable name."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str) or not name:
+def cache_key(obj: Any) -> str | None:
+    """``name`` or ``namespace/name`` of a Kubernetes object (``webhook.wire.kinds.object_key``); ``None``
+    when it has no readable name."""
+    namespace, name = object_key(obj)
+    if not name:
         return None
-    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
-
-
-def _version(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str((meta.get("resourceVersion") if isinstance(meta, Mapping) else None) or "")
+    return f"{namespace}/{name}" if namespace else name
 
 
 class WatchedCache(Generic[T]):
@@ -73,7 +69,7 @@ class WatchedCache(Generic[T]):
 
     # -- the watcher's Sink ---------------------------------------------------------------------------
 
-    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, kind: Kind | str, objects: Iterable[Mapping[str, Any]]) -> None:
         entries: dict[str, tuple[str, T]] = {}
         for obj in objects:
             key = self._key(obj)
@@ -90,7 +86,7 @@ class WatchedCache(Generic[T]):
             self._entries = entries
             self._publish()
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+    def apply(self, kind: Kind | str, event: str, obj: Mapping[str, Any]) -> None:
         key = self._key(obj)
         if key is None:
             return
@@ -109,7 +105,7 @@ class WatchedCache(Generic[T]):
         else:
             self._keep(key, _version(obj), value)
 
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
+    def mark_synced(self, kind: Kind | str, synced: bool = True) -> None:
         with self._lock:
             self._synced = synced
 
@@ -124,7 +120,7 @@ class WatchedCache(Generic[T]):
     def store(self, obj: Mapping[str, Any]) -> T:
         """Keep the answer to our own write (unless the cache has a newer version already) and return it
         decoded; raises ``WireError`` when it is not an object this cache keeps."""
-        key, value = object_key(obj), self._decode(obj)
+        key, value = cache_key(obj), self._decode(obj)
         if key is None or value is None:
             raise WireError("metadata.name" if key is None else "", f"not a {self.kind} this cache keeps")
         self._keep(key, _version(obj), value)
@@ -152,7 +148,7 @@ class WatchedCache(Generic[T]):
     # -- internals ------------------------------------------------------------------------------------
 
     def _key(self, obj: Mapping[str, Any]) -> str | None:
-        key = object_key(obj)
+        key = cache_key(obj)
         if key is None:
             log.warning("skipping a %s without a name", self.kind)
         return key

@@ -41,6 +41,7 @@ from webhook.domain.policy import Policy
 from webhook.domain.reading import node_labels
 from webhook.domain.reading.node_labels import LabelState
 from webhook.errors import WireError
+from webhook.wire.kinds import Kind, object_key
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +76,16 @@ class _Tee:
         self._cache = cache
         self._labeller = labeller
 
-    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None:
         items = list(objects)
         self._cache.replace(kind, items)
         self._labeller.replace(kind, items)
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+    def apply(self, kind: Kind, event: str, obj: Mapping[str, Any]) -> None:
         self._cache.apply(kind, event, obj)
         self._labeller.apply(kind, event, obj)
 
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
+    def mark_synced(self, kind: Kind, synced: bool = True) -> None:
         self._cache.mark_synced(kind, synced)
 
 
@@ -133,7 +134,7 @@ class NodeDomainLabeller:
 
     # -- fed by the Node watcher (never raises: the watch must go on) ----------------------------------
 
-    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, kind: Kind | str, objects: Iterable[Mapping[str, Any]]) -> None:
         present: set[str] = set()
         for obj in objects:
             name = self._offer(obj)
@@ -143,19 +144,19 @@ class NodeDomainLabeller:
             for name in [n for n in self._jobs if n not in present]:
                 del self._jobs[name]
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+    def apply(self, kind: Kind | str, event: str, obj: Mapping[str, Any]) -> None:
         if event == "DELETED":
-            name = _name(obj)
+            name = object_key(obj)[1]
             with self._cond:
                 self._jobs.pop(name, None)
             return
         self._offer(obj)
 
-    def mark_synced(self, kind: str, synced: bool = True) -> None:
+    def mark_synced(self, kind: Kind | str, synced: bool = True) -> None:
         """Nothing to track: the labeller acts on each node as it is seen."""
 
     def _offer(self, obj: Mapping[str, Any]) -> str:
-        name = _name(obj)
+        name = object_key(obj)[1]
         try:
             state = node_labels.state_of(obj, self._policy)
         except WireError as exc:
@@ -271,9 +272,3 @@ class NodeDomainLabeller:
 
     def _count(self, outcome: str) -> None:
         self.counter.labels(outcome).inc()
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    return name if isinstance(name, str) else ""

@@ -1,4 +1,4 @@
-"""Watch-backed caches: one daemon thread per resource keeps a ``Sink`` equal to the API server's view.
+"""Watch-backed caches: one daemon thread per kind keeps a ``Sink`` equal to the API server's view.
 
 The loop is client-go's reflector, reduced to what we need:
 
@@ -41,9 +41,9 @@ import orjson
 import urllib3
 
 from webhook.adapters.kube.api import Api, ApiError
-from webhook.adapters.kube.resources import Resource
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.errors import ImexWebhookError
+from webhook.wire.kinds import Kind
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +59,13 @@ WATCH_AT_ONCE = 0.5
 
 
 class Sink(Protocol):
-    """Where a watcher puts what it learns (``ClusterStore``, a ``cache.WatchedCache``)."""
+    """Where a watcher puts what it learns (``ClusterStore``, a ``cache.WatchedCache``), told the kind watched."""
 
-    def replace(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None: ...
+    def replace(self, kind: Kind, objects: Iterable[Mapping[str, Any]]) -> None: ...
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None: ...
+    def apply(self, kind: Kind, event: str, obj: Mapping[str, Any]) -> None: ...
 
-    def mark_synced(self, kind: str, synced: bool = True) -> None: ...
+    def mark_synced(self, kind: Kind, synced: bool = True) -> None: ...
 
 
 class _Gone(ImexWebhookError):
@@ -78,11 +78,11 @@ def _jitter(delay: float) -> float:
 
 
 class Watcher:
-    def __init__(self, api: Api, resource: Resource, sink: Sink, stopping: threading.Event, *,
+    def __init__(self, api: Api, watched: Kind, sink: Sink, stopping: threading.Event, *,
                  optional: bool = False, forbidden_ok: bool = False, settings: WatchSettings | None = None,
                  label_selector: str = "") -> None:
         self._api = api
-        self._resource = resource
+        self._watched = watched
         # Lists and watches carry it: the node agent keeps only its own node's attachments.
         self._selection = [("labelSelector", label_selector)] if label_selector else []
         self._sink = sink
@@ -97,11 +97,12 @@ class Watcher:
         self._progress_at = self._clock()  # guarded by _lock, as are the two below
         self._open_until: float | None = None  # the deadline of the watch request in progress
         self._problem = ""  # why the last list or watch failed, for the stall reason
-        self._thread = threading.Thread(target=self._run, name=f"watch-{resource.plural}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"watch-{watched.plural}", daemon=True)
 
     @property
     def kind(self) -> str:
-        return self._resource.kind
+        """The label of the kind watched: the watch's name in logs, /readyz and the metrics."""
+        return self._watched.label
 
     def start(self) -> None:
         self._progressed()
@@ -191,11 +192,11 @@ class Watcher:
     def _not_served(self, exc: ApiError) -> None:
         if not self._absent:
             log.warning("%s: the API server does not serve %s%s (%s); treating it as empty and looking again "
-                        "every %gs", self.kind, self._resource.qualified,
+                        "every %gs", self.kind, self._watched.qualified,
                         " to us" if exc.status == 403 else "", exc, self._settings.absent_recheck)
             self._absent = True
-        self._sink.replace(self.kind, [])
-        self._sink.mark_synced(self.kind)
+        self._sink.replace(self._watched, [])
+        self._sink.mark_synced(self._watched)
         self._progressed()
         with self._lock:  # waiting to look again is as healthy as an open watch
             self._open_until = self._clock() + self._settings.absent_recheck + WATCH_SLACK
@@ -214,7 +215,7 @@ class Watcher:
             query = [("limit", str(self._settings.page_size)), *self._selection] + (
                 [("continue", token)] if token else [])
             try:
-                page = self._api.call("GET", self._resource.path(), query=query, track=self._track)
+                page = self._api.call("GET", self._watched.path(), query=query, track=self._track)
             except ApiError as exc:
                 if exc.status == 410:  # the continue token expired: start the list over
                     raise _Gone(f"list page expired ({exc.message})") from exc
@@ -226,10 +227,10 @@ class Watcher:
             if not token:
                 break
         if self._absent:
-            log.info("%s: %s is served now", self.kind, self._resource.qualified)
+            log.info("%s: %s is served now", self.kind, self._watched.qualified)
             self._absent = False
-        self._sink.replace(self.kind, [i for i in items if isinstance(i, dict)])
-        self._sink.mark_synced(self.kind)
+        self._sink.replace(self._watched, [i for i in items if isinstance(i, dict)])
+        self._sink.mark_synced(self._watched)
         self._progressed()
         log.debug("%s: %d objects at resourceVersion %s", self.kind, len(items), version)
         return version
@@ -242,7 +243,7 @@ class Watcher:
         timeout = (self._api.timeout[0], server_timeout + WATCH_SLACK)
         started, events = time.monotonic(), 0
         try:
-            response = self._api.open("GET", self._resource.path(), query=query, timeout=timeout)
+            response = self._api.open("GET", self._watched.path(), query=query, timeout=timeout)
         except ApiError as exc:
             if exc.status == 410:
                 raise _Gone(f"watch from resourceVersion {version} expired ({exc.message})") from exc
@@ -289,7 +290,7 @@ class Watcher:
 
     def _apply(self, event: str, obj: dict[str, Any]) -> None:
         try:
-            self._sink.apply(self.kind, event, obj)
+            self._sink.apply(self._watched, event, obj)
         except Exception:  # one event must never stop the watch; the next one is applied
             meta = obj.get("metadata")
             name = "/".join(str(meta.get(k) or "") for k in ("namespace", "name")) if isinstance(meta, dict) else "?"

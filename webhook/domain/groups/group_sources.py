@@ -3,9 +3,10 @@ scheduling and the workload controllers.
 
 ``SOURCES`` is the order: the first source that puts a pod in a group wins, the others are compared with
 it (``controller_groups.disagreements``). Each source is how it reads a pod (its candidate function in
-``controller_groups``) and the API objects it reads, if any: one ``Table`` per API group, version and kind,
-each with its parser and the catalog mapping it feeds. Where several tables feed one mapping (the
-PodGroups of two served versions), the first table that holds an object wins.
+``controller_groups``) and the API objects it reads, if any: one ``Table`` per API group, version and kind
+(a ``webhook.wire.kinds.Kind``, whose label names the store's table), each with its parser and the catalog
+mapping it feeds. Where several tables feed one mapping (the PodGroups of two served versions), the first
+table that holds an object wins.
 
 Everything else follows from a table: the ClusterStore's table and what it derives again
 (``webhook.state.workload_tables``, ``webhook.state.cluster``), the watch, optional and allowed to be
@@ -24,25 +25,10 @@ from webhook.domain.groups import controller_groups
 from webhook.domain.groups.controller_groups import Candidate, Member
 from webhook.domain.model import Catalog, ControllerObject, GangGroup, GangWorkload, ObjectKey, Pod, WorkloadRefs
 from webhook.domain.reading import workload_parsing
+from webhook.wire.kinds import Kind
 
 Parsed = GangGroup | GangWorkload | ControllerObject
 CandidateOf = Callable[[Pod, WorkloadRefs, Catalog, Member, int], Candidate | None]
-
-
-@dataclass(frozen=True, slots=True)
-class GVK:
-    """An API group, version and kind: what tells Kubernetes' PodGroup from Volcano's."""
-
-    group: str
-    version: str
-    kind: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def __str__(self) -> str:
-        return f"{self.api_version} {self.kind}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,18 +48,17 @@ CONTROLLERS = View("controllers", by_kind=True)
 class Table:
     """One API object kind a source reads, as the ClusterStore keeps it."""
 
-    gvk: GVK
-    # The store's name for the table: the watch's name in logs and /readyz, the kind label of
-    # imex_webhook_cache_rejected_objects and of the watch metrics. Operators see it: keep it stable.
-    label: str
-    plural: str  # the resource watched (manifests/rbac-webhook.yaml grants get, list, watch on it)
+    # Its API group, version and kind, the resource watched (manifests/rbac-webhook.yaml grants get, list,
+    # watch on it) and the store's name for the table (its label: the watch's name in logs and /readyz, the
+    # kind label of imex_webhook_cache_rejected_objects and of the watch metrics; operators see it).
+    kind: Kind
     # (object, path for messages) -> parsed; None: an object of another API group under the same kind.
     # Raises WireError on a malformed object.
     parse: Callable[[Any, str], Parsed | None]
     view: View
 
     def view_key(self, key: ObjectKey) -> tuple[str, ...]:
-        return (self.gvk.kind, *key) if self.view.by_kind else key
+        return (self.kind.kind, *key) if self.view.by_kind else key
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,23 +69,21 @@ class Source:
 
 
 def _training_job(version: str, kind: str, plural: str) -> Table:
-    return Table(GVK("kubeflow.org", version, kind), kind, plural,
+    return Table(Kind("kubeflow.org", version, kind, plural),
                  lambda obj, path: workload_parsing.training_job(obj, kind, path), CONTROLLERS)
 
 
 SOURCES: tuple[Source, ...] = (
     # Kubernetes 1.37 serves PodGroups as v1beta1, 1.36 as v1alpha2: the beta's object wins when both are.
     Source("gang", controller_groups.gang, (
-        Table(GVK("scheduling.k8s.io", "v1beta1", "PodGroup"), "PodGroup", "podgroups",
+        Table(Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups"), workload_parsing.pod_group, POD_GROUPS),
+        Table(Kind("scheduling.k8s.io", "v1alpha2", "PodGroup", "podgroups", label="PodGroup.v1alpha2"),
               workload_parsing.pod_group, POD_GROUPS),
-        Table(GVK("scheduling.k8s.io", "v1alpha2", "PodGroup"), "PodGroup.v1alpha2", "podgroups",
-              workload_parsing.pod_group, POD_GROUPS),
-        Table(GVK("scheduling.k8s.io", "v1alpha1", "Workload"), "Workload", "workloads",
-              workload_parsing.gang_workload, GANG_WORKLOADS),
+        Table(Kind("scheduling.k8s.io", "v1alpha1", "Workload", "workloads"), workload_parsing.gang_workload,
+              GANG_WORKLOADS),
     )),
     Source("JobSet", controller_groups.jobset, (
-        Table(GVK("jobset.x-k8s.io", "v1alpha2", "JobSet"), "JobSet", "jobsets", workload_parsing.jobset,
-              CONTROLLERS),
+        Table(Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"), workload_parsing.jobset, CONTROLLERS),
     )),
     Source("LeaderWorkerSet", controller_groups.lws),  # the pods' labels and annotations say it all
     Source("training job", controller_groups.training, (
@@ -127,5 +110,5 @@ def table_for(api_version: object, kind: str) -> Table | None:
     any version its group serves; the parsers read them alike), else the first of its kind, whose parser
     tells an object of another API group apart (and one without apiVersion is taken for ours)."""
     group = api_version.rpartition("/")[0] if isinstance(api_version, str) else None
-    of_kind = [t for t in TABLES if t.gvk.kind == kind]
-    return next((t for t in of_kind if t.gvk.group == group), of_kind[0] if of_kind else None)
+    of_kind = [t for t in TABLES if t.kind.kind == kind]
+    return next((t for t in of_kind if t.kind.group == group), of_kind[0] if of_kind else None)
