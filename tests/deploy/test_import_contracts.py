@@ -111,3 +111,40 @@ def test_the_contract_breaks_on_each_import_it_forbids(raw: dict[str, Any], grap
         if raw.get("ignore_imports") and f"{importer} -> {imported}" in raw["ignore_imports"]:
             continue
         assert not check(raw, importing(graph, importer, imported)).kept, f"{importer} -> {imported}: {raw['name']}"
+
+
+def _named(prefix: str) -> dict[str, Any]:
+    (raw,) = [c for c in CONFIG["contracts"] if c["name"].startswith(prefix)]
+    return raw
+
+
+# The imports the HTTP server had before the composition root handed it what it needs (issue 39): each
+# one breaks its contract again.
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("webhook.serving.reading", "webhook.domain.limits"),  # the body limit of each route
+    ("webhook.serving.thread_side", "webhook.http.metrics"),  # the verb label of a path, for its counts
+    ("webhook.serving.worker", "webhook.http.common"),  # giving a large response's memory back
+    ("webhook.serving.callers", "webhook.service.settings"),  # the default caller subjects
+    ("webhook.serving.worker", "webhook.engine.engine"),
+    ("webhook.serving.reading", "webhook.state.cluster"),
+    ("webhook.serving.worker", "webhook.adapters.embedded"),
+])
+def test_the_http_server_imports_nothing_of_what_it_serves(importer: str, imported: str,
+                                                           graph: grimp.ImportGraph) -> None:
+    raw = _named("The HTTP server imports no")
+    assert raw["source_modules"] == ["webhook.serving"]
+    assert check(raw, graph).kept
+    assert not check(raw, importing(graph, importer, imported)).kept, f"{importer} -> {imported}"
+
+
+@pytest.mark.parametrize(("importer", "imported"), [
+    ("webhook.http.app", "webhook.serving.worker"),  # the views know no server
+    ("webhook.serving.thread_side", "webhook.http.metrics"),
+    ("webhook.serving.worker", "webhook.service.server"),  # the server is below its composition root
+    ("webhook.wire.addresses", "webhook.serving.framing"),  # and above the wire formats
+])
+def test_the_http_server_sits_beside_the_views_below_the_service(importer: str, imported: str,
+                                                                 graph: grimp.ImportGraph) -> None:
+    raw = _named("Layers: cli >")
+    assert "webhook.http | webhook.serving" in raw["layers"]
+    assert not check(raw, importing(graph, importer, imported)).kept, f"{importer} -> {imported}"

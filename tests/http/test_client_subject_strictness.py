@@ -1,4 +1,4 @@
-"""Only a certificate that names one holder is a caller (webhook.service.callers.identity_of): the extender
+"""Only a certificate that names one holder is a caller (webhook.serving.callers.identity_of): the extender
 verbs refuse, with a JSON 403 that says why, certificates of the client CA that carry clientAuth and the
 scheduler's name but are no client certificate of the scheduler's:
 

@@ -1,4 +1,4 @@
-"""Chaining to the client CA is not enough (webhook.service.callers): the extender verbs answer only a
+"""Chaining to the client CA is not enough (webhook.serving.callers): the extender verbs answer only a
 certificate that names clientAuth and whose subject is on --client-subject (the scheduler's by default),
 /inspect and /ui only one on --inspect-subject or a loopback connection (kubectl port-forward).
 
@@ -27,7 +27,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from certs import files, issue
 from tests import serving
 from webhook.service import deploy
-from webhook.service.callers import Allowed, Identity, identity_of, refusal, require_client_certificate
+from webhook.serving.callers import Allowed, Identity, identity_of, refusal, require_client_certificate
 
 
 @dataclass(frozen=True)

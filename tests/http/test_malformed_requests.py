@@ -1,8 +1,8 @@
 """Every malformed request head gunicorn would answer with its HTML page (a 500 for a ``SCRIPT_NAME``
 header) is answered in JSON by our code, with the status it calls for, and counted by status in
 ``imex_webhook_requests_total``, through the real TLS server. Some are refused by the poller before any
-thread sees them (:mod:`webhook.service.framing`), the rest by the thread that parses the request
-(:mod:`webhook.service.thread_side`); the client sees the same shape either way.
+thread sees them (:mod:`webhook.serving.framing`), the rest by the thread that parses the request
+(:mod:`webhook.serving.thread_side`); the client sees the same shape either way.
 """
 
 from __future__ import annotations

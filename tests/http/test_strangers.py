@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import serving
 from tests.kubefake import eventually
-from webhook.service.framing import MAX_CHUNKS
+from webhook.serving.framing import MAX_CHUNKS
 from webhook.tools.bench import payloads
 from webhook.tools.stats import percentile
 

@@ -1,5 +1,5 @@
 """``serve --client-subject`` and ``--inspect-subject``: who may call the extender verbs and read the map
-(webhook.service.callers). Defaults, repetition, and one line naming the flag for a subject no certificate
+(webhook.serving.callers). Defaults, repetition, and one line naming the flag for a subject no certificate
 can carry."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 from webhook import cli, errors
 from webhook.service import settings
 from webhook.service.settings import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
+from webhook.serving import callers
 
 
 def _from(argv: list[str]) -> settings.Settings:
@@ -19,6 +20,14 @@ def test_by_default_the_scheduler_calls_the_verbs_and_operators_read_the_map() -
     got = _from([])
     assert got.tls.client_subjects == (SCHEDULER_SUBJECT,) == ("imex-scheduler",)
     assert got.tls.inspect_subjects == (OPERATOR_SUBJECT,) == ("imex-operator",)
+
+
+def test_the_servers_own_defaults_are_the_flags_defaults() -> None:
+    """The HTTP server names the two subjects itself (it imports no settings): the same two."""
+    allowed, got = callers.Allowed(), _from([])
+    assert (callers.SCHEDULER_SUBJECT, callers.OPERATOR_SUBJECT) == (SCHEDULER_SUBJECT, OPERATOR_SUBJECT)
+    assert (allowed.extender, allowed.inspect) == (frozenset(got.tls.client_subjects),
+                                                   frozenset(got.tls.inspect_subjects))
 
 
 def test_each_flag_repeats_and_a_repeated_subject_counts_once() -> None:

@@ -1,4 +1,4 @@
-"""``serve``'s connection flags (webhook.service.conn_limits, the probe listener): their defaults, the edge
+"""``serve``'s connection flags (webhook.serving.conn_limits, the probe listener): their defaults, the edge
 values they accept, and one line naming the flag for each value they refuse."""
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def test_every_reason_a_connection_is_dropped_for_has_its_series_from_the_start(
     import inspect
 
     from webhook.http.metrics import CONNECTION_DROP_REASONS
-    from webhook.service import closing, conn_limits, worker
+    from webhook.serving import closing, conn_limits, reading, worker
 
     used = set(closing._TIMEOUTS.values())
-    for module in (conn_limits, worker):
+    for module in (conn_limits, worker, reading):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "drop" and node.args:
                 first = node.args[0]

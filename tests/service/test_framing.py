@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webhook.domain.limits import body_limit
-from webhook.service import framing
+from webhook.serving import framing
 
 LIMIT, MAX_BODY = 65536, 1000
 

@@ -52,7 +52,7 @@ class _StateCollector(Collector):
         yield res
 
 
-# Why the server drops a connection (webhook.service.closing, webhook.service.conn_limits).
+# Why the server drops a connection (webhook.serving.closing, webhook.serving.conn_limits).
 CONNECTION_DROP_REASONS = ("handshake-timeout", "header-timeout", "body-timeout", "write-timeout", "pipelined",
                            "evicted-idle", "evicted-idle-source", "refused-full", "refused-source-full",
                            "refused-caller")

@@ -13,13 +13,12 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from webhook.adapters.memory import MemoryAttachmentStore
 from webhook.adapters.redfish.auth import AUTH_MODES, AuthMode
 from webhook.adapters.redfish.fabric import RedfishFabric
 from webhook.domain.fabric_plan import Timeouts
@@ -101,39 +100,63 @@ def read_credentials(path: Path | None) -> FabricCredentials:
     return FabricCredentials(doc["username"], doc["password"], auth)
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a fabric manager answers and how this worker talks to it."""
+
+    url: str
+    credentials: FabricCredentials
+    verify: bool | str  # True, or the CA bundle that signs the service's certificate
+    refresh: float  # seconds between inventory reads
+    max_response: int  # the largest reply body in bytes
+
+
+def _redfish(at: Endpoint) -> FabricManager:
+    creds = at.credentials
+    return RedfishFabric(at.url, creds.username, creds.password, at.verify, refresh_interval=at.refresh,
+                         auth=creds.auth, max_response=at.max_response)
+
+
+# How to reach each fabric manager API, by the kind ``--fabric`` names (``settings.groups.fabric_kind``). A
+# second backend is its adapter package (a ``FabricManager``, ``webhook.engine.ports``) and one row here; the
+# embedded simulator speaks Redfish, so it is reached through the Redfish row.
+BACKENDS: Mapping[str, Callable[[Endpoint], FabricManager]] = {"redfish": _redfish}
+
+
 def start(fabric: str, store: ClusterStore, backend: Backend, metrics: Metrics, *,
           credentials: Path | None = None, ca: Path | None = None, refresh: float = 5.0,
-          timeouts: Timeouts | None = None, node_objects: list[dict[str, Any]] | None = None,
-          embedded: EmbeddedParts | None = None, max_response: int = DEFAULT_MAX_RESPONSE) -> FabricParts | None:
+          timeouts: Timeouts | None = None, embedded: EmbeddedParts | None = None,
+          node_agents: Callable[[], Stoppable] | None = None,
+          max_response: int = DEFAULT_MAX_RESPONSE) -> FabricParts | None:
     """The fabric parts of ``--fabric`` started (None for ``none``); their ``attacher`` goes to the engine.
-    ``embedded``: what ``--fabric embedded`` runs on (required for it); ``max_response``: the largest
-    Redfish reply body (``--fabric-max-response``)."""
+    ``embedded``: what ``--fabric embedded`` runs on (required for it); ``node_agents``: starts the simulated
+    node agents of an embedded cluster (None where real agents run); ``max_response``: the largest Redfish
+    reply body (``--fabric-max-response``)."""
     kind = fabric_kind(fabric)
     if kind == "none":
         return None
     sim: RunningFabric | None = None
-    verify: str | bool
     if kind == "embedded":
         if embedded is None:
             raise FabricConfigError("--fabric embedded: this command was started without the simulators")
         sim = embedded.start_fabric()
-        url, creds, verify = sim.url, FabricCredentials(sim.username, sim.password), True
+        at = Endpoint(sim.url, FabricCredentials(sim.username, sim.password), True, refresh, max_response)
+        connect = BACKENDS["redfish"]
     else:
-        url, creds = fabric, read_credentials(credentials)
-        verify = str(ca) if ca else True
-    redfish = RedfishFabric(url, creds.username, creds.password, verify, refresh_interval=refresh, auth=creds.auth,
-                            max_response=max_response)
-    attacher = FabricAttacher(backend.attachments, redfish, metrics)
-    reconciler = Reconciler(backend.attachments, redfish, store, timeouts, leader=backend.is_leader,
+        at = Endpoint(fabric, read_credentials(credentials), str(ca) if ca else True, refresh, max_response)
+        connect = BACKENDS[kind]
+    manager = connect(at)
+    attacher = FabricAttacher(backend.attachments, manager, metrics)
+    reconciler = Reconciler(backend.attachments, manager, store, timeouts, leader=backend.is_leader,
                             observer=metrics)
     metrics.watch_fabric(reconciler.unaccounted_blocks)
-    parts = FabricParts(redfish, attacher, reconciler, sim)
+    parts = FabricParts(manager, attacher, reconciler, sim)
     # A worker that exits (SIGTERM, a restart) logs out instead of leaving its session to time out on the
     # fabric manager, whose session slots are few.
     atexit.register(parts.stop)
-    if isinstance(backend.attachments, MemoryAttachmentStore) and embedded is not None:
-        parts.agents = embedded.start_node_agents(backend.attachments, store, node_objects or [])
-    redfish.feed(store, refresh)
+    if node_agents is not None:
+        parts.agents = node_agents()
+    manager.feed(store, refresh)
     reconciler.start(interval=max(1.0, refresh))
-    log.info("fabric mode: %s (%s)", "embedded simulator" if sim else "Redfish service", url)
+    log.info("fabric mode: %s (%s)", "embedded simulator" if sim else f"{kind} service", at.url)
     return parts

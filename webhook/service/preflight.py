@@ -19,7 +19,7 @@ from cryptography import x509
 from certs import issue as cert_issue
 from webhook.errors import SettingsError
 from webhook.service.settings import Settings
-from webhook.service.tls import TlsFiles, server_context
+from webhook.serving.tls import TlsFiles, server_context
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,14 @@
 
 gthread keeps connections alive, so kube-scheduler and kube-apiserver pay the TLS handshake once per
 connection (the sync worker re-handshakes per request and is ~4x slower). The worker
-(:mod:`webhook.service.worker`) does each handshake and reads each request in its poller under
+(:mod:`webhook.serving.worker`) does each handshake and reads each request in its poller under
 deadlines, so slow clients never hold a thread. Every new connection gets the context of
-:mod:`webhook.service.tls`, rebuilt when a certificate file changes, so rotated files take effect on the
+:mod:`webhook.serving.tls`, rebuilt when a certificate file changes, so rotated files take effect on the
 next connection while in-flight requests finish on the old one.
+
+The server knows nothing of the app: what it needs (limits, the body limit per route, the caller rules)
+and where it reports (metrics, the /healthz check of its stalled service port) are handed to it here, in a
+:class:`~webhook.serving.handover.Setup` each worker asks the application object for.
 
 Start-up order: every input is checked (:mod:`webhook.service.preflight`), then the socket is bound, and
 only then is "serving" logged; a problem with any of them is one line and exit status 2.
@@ -13,23 +17,17 @@ only then is "serving" logged; a problem with any of them is one line and exit s
 
 from __future__ import annotations
 
-import errno
 import gc
 import logging
 import os
-import resource
 import signal
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from flask import Flask
-from gunicorn import sock as gunicorn_sock
-from gunicorn import util as gunicorn_util
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import AppImportError
@@ -38,19 +36,25 @@ from prometheus_client.registry import Collector
 from certs import files as cert_files
 from certs import issue as cert_issue
 from webhook.adapters import embedded as embedded_backend
+from webhook.adapters.memory import MemoryAttachmentStore
+from webhook.domain.limits import body_limit
 from webhook.domain.policy import Policy
 from webhook.engine.engine import Engine
 from webhook.engine.ports import Backend
 from webhook.engine.requeue import Requeuer
 from webhook.errors import ImexWebhookError, SettingsError
 from webhook.http.app import always_ready, create_app
-from webhook.http.metrics import Metrics
-from webhook.service import callers, fabric_wiring, preflight
-from webhook.service.embedded_parts import EmbeddedParts
+from webhook.http.common import Services, release_memory
+from webhook.http.metrics import Metrics, verb_of
+from webhook.service import fabric_wiring, preflight
+from webhook.service.embedded_parts import EmbeddedParts, Stoppable
 from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings
-from webhook.service.tls import Contexts, TlsFiles, server_context
 from webhook.service.upkeep import Upkeep
-from webhook.service.worker import Limits, Worker
+from webhook.serving import callers, listeners
+from webhook.serving.conns import Limits
+from webhook.serving.handover import Check, Reports, Setup
+from webhook.serving.tls import Contexts, TlsFiles, loads_now
+from webhook.serving.worker import Worker
 from webhook.state.cluster import ClusterStore
 
 log = logging.getLogger("imex_webhook.serve")
@@ -88,18 +92,6 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def tls_check(files: TlsFiles) -> Callable[[], tuple[bool, str]]:
-    """For /readyz: do the files on disk load now (the server keeps the last good pair if not)?"""
-    def check() -> tuple[bool, str]:
-        try:
-            server_context(files)
-        except (OSError, ssl.SSLError) as exc:
-            return False, f"certificate {files.cert} / key {files.key} do not load: {exc}"
-        return True, f"certificate {files.cert}"
-
-    return check
-
-
 def build_backend(settings: Settings, store: ClusterStore, cluster_objects: list[dict[str, Any]] | None = None,
                   embedded: EmbeddedParts | None = None) -> Backend:
     """``cluster_objects``: the --cluster files as the start-up checks parsed them (read once);
@@ -124,9 +116,19 @@ def build_backend(settings: Settings, store: ClusterStore, cluster_objects: list
                         watch=WatchSettings(stall_timeout=cluster.watch_stall_timeout))
 
 
+class Built(NamedTuple):
+    """What :func:`build` made, and what the server reports to: the app's metrics and its /healthz checks."""
+
+    app: Flask
+    engine: Engine
+    backend: Backend
+    metrics: Metrics
+    liveness: dict[str, Check]
+
+
 def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None,
           cluster_objects: list[dict[str, Any]] | None = None,
-          embedded: EmbeddedParts | None = None) -> tuple[Flask, Engine, Backend]:
+          embedded: EmbeddedParts | None = None) -> Built:
     """Everything one worker serves: the cluster source, the fabric parts, the engine and the app (started)."""
     policy: Policy = settings.policy
     store = ClusterStore(policy)
@@ -139,7 +141,7 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
                                 credentials=settings.fabric.credentials, ca=settings.fabric.ca,
                                 refresh=settings.fabric.refresh,
                                 timeouts=settings.fabric.timeouts,
-                                node_objects=backend.node_objects(), embedded=embedded,
+                                embedded=embedded, node_agents=_node_agents(backend, store, embedded),
                                 max_response=settings.fabric.max_response)
     engine = Engine(store, backend.reservations, backend.binder, policy,
                     attacher=parts.attacher if parts is not None else None, events=backend.events,
@@ -150,7 +152,18 @@ def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None =
     Upkeep(engine, settings.cluster.housekeeping_interval,
            Requeuer(engine, nudger) if nudger is not None else None).start()
     _freeze_when_ready(backend)
-    return app, engine, backend
+    services: Services = app.extensions["imex"]  # create_app's container: its /healthz checks live there
+    return Built(app, engine, backend, metrics, services.liveness)
+
+
+def _node_agents(backend: Backend, store: ClusterStore,
+                 embedded: EmbeddedParts | None) -> Callable[[], Stoppable] | None:
+    """Starts the simulated node agents of an embedded cluster (they take its attachments, held in memory,
+    to Ready and Released); None where real agents run."""
+    attachments = backend.attachments
+    if embedded is None or not isinstance(attachments, MemoryAttachmentStore):
+        return None
+    return lambda: embedded.start_node_agents(attachments, store, backend.node_objects())
 
 
 def _freeze_when_ready(backend: Backend) -> None:
@@ -165,39 +178,6 @@ def _freeze_when_ready(backend: Backend) -> None:
         log.info("caches loaded; %d objects moved out of the garbage collector's way", gc.get_freeze_count())
 
     threading.Thread(target=wait, name="gc-freeze", daemon=True).start()
-
-
-def _worker_connections(wanted: int) -> int:
-    """Connections one worker may hold on --bind: ``wanted``, fewer if the descriptor limit is low.
-
-    Slow and idle clients wait in the poller and cost one descriptor each, so the soft limit is raised to
-    the hard one first; a worker at its limit stops accepting instead of failing accept() in a loop.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    if soft == resource.RLIM_INFINITY:
-        return wanted
-    # The rest for the probe port, the API server, fabric and log files.
-    return min(wanted, max(64, soft - 128 - PROBE_CONNECTIONS))
-
-
-def _bind_problem(bind: str, exc: OSError) -> str:
-    host, _, port = bind.rpartition(":")
-    if isinstance(exc, socket.gaierror):
-        return f"--bind {bind}: cannot resolve {host!r}: {exc.strerror or exc}"
-    if exc.errno == errno.EADDRINUSE:
-        return (f"--bind {bind}: port {port} is already in use (another process listens there); "
-                "choose another port with --bind HOST:PORT")
-    if exc.errno == errno.EACCES:
-        return f"--bind {bind}: permission denied (ports below 1024 need privileges); choose another port with --bind"
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"--bind {bind}: {host} is not an address of this machine"
-    return f"--bind {bind}: cannot listen: {exc.strerror or exc}"
 
 
 class _Server(BaseApplication):  # type: ignore[misc]
@@ -215,18 +195,51 @@ class _Server(BaseApplication):  # type: ignore[misc]
             keepalive=KEEPALIVE, write=limits.write_timeout, max_head=MAX_HEAD, max_body=limits.max_body,
             buffered=limits.buffered)
         self.stall_timeout = limits.stall_timeout
-        # Who may call what (webhook.service.callers): the worker refuses others before reading a body.
+        # Who may call what (webhook.serving.callers): the worker refuses others before reading a body.
         tls = settings.tls
         self.callers = (callers.Allowed(frozenset(tls.client_subjects), frozenset(tls.inspect_subjects),
                                         tls.loopback_operators) if tls.client_ca is not None else None)
-        connections = _worker_connections(limits.max_connections)
-        # (cap, per source) of the service port and of the probe port (webhook.service.conn_limits)
+        connections = listeners.worker_connections(limits.max_connections, PROBE_CONNECTIONS)
+        # (cap, per source) of the service port and of the probe port (webhook.serving.conn_limits)
         self.pools = ((connections, min(limits.max_connections_per_source, connections)),
                       (PROBE_CONNECTIONS, PROBE_CONNECTIONS_PER_SOURCE))
         self.arbiter: Arbiter | None = None
         self.listener: Any = None
         self.probe_listener: Any = None
+        self.built: Built | None = None  # in a worker, once load() made the app (never with another app)
         super().__init__()
+
+    # -- what each worker gets (webhook.serving.handover.Host) ------------------------------------------
+
+    def serving_setup(self) -> Setup:
+        max_body = self.settings.limits.max_body
+        return Setup(
+            limits=self.limits, service_pool=self.pools[0], probe_pool=self.pools[1],
+            body_limit=lambda path: body_limit(path, max_body), stall_timeout=self.stall_timeout,
+            callers=self.callers,
+            probe_fd=self.probe_listener.fileno() if self.probe_listener is not None else -1,
+            release_memory=release_memory,
+            reports=Reports(register_liveness=self._register_liveness, dropped=self._count_drop,
+                            refused=self._count_refused, internal_error=self._count_internal_error))
+
+    # The worker reports from its start, the app is loaded after: each reaches what load() built, if anything
+    # (a subclass that loads another app, the benchmark's baseline, has no metrics and no /healthz checks).
+
+    def _register_liveness(self, name: str, check: Check) -> None:
+        if self.built is not None:
+            self.built.liveness[name] = check
+
+    def _count_drop(self, reason: str) -> None:
+        if self.built is not None:
+            self.built.metrics.connections_dropped.labels(reason).inc()
+
+    def _count_refused(self, received: bytes, status: int) -> None:
+        if self.built is not None:
+            self.built.metrics.count_refused(received, status)
+
+    def _count_internal_error(self, path: str) -> None:
+        if self.built is not None:
+            self.built.metrics.internal_errors.labels(verb_of(path)).inc()
 
     def load_config(self) -> None:
         s = self.settings
@@ -238,7 +251,7 @@ class _Server(BaseApplication):  # type: ignore[misc]
             "threads": s.server.threads,
             # The worker keeps each listener under its own caps and never stops accepting (conn_limits).
             "worker_connections": self.pools[0][0] + self.pools[1][0] + 16,
-            # The worker wraps each connection itself with the context of webhook.service.tls; the files are
+            # The worker wraps each connection itself with the context of webhook.serving.tls; the files are
             # named here so that gunicorn knows the server speaks TLS (wsgi.url_scheme https).
             "certfile": str(self.cert),
             "keyfile": str(self.key),
@@ -266,29 +279,17 @@ class _Server(BaseApplication):  # type: ignore[misc]
             return
         (address,) = self.cfg.address
         self.arbiter = Arbiter(self)
-        self.listener = self._listen(address, "--bind", self.settings.server.bind)
+        self.listener = listeners.listen(address, self.cfg, self.arbiter.log, "--bind", self.settings.server.bind)
         if self.settings.server.probe_bind:
             host, _, port = self.settings.server.probe_bind.rpartition(":")
             probe_address = (host.strip("[]") or "0.0.0.0", int(port))
             try:
-                self.probe_listener = self._listen(probe_address, "--probe-bind", self.settings.server.probe_bind)
+                self.probe_listener = listeners.listen(probe_address, self.cfg, self.arbiter.log, "--probe-bind",
+                                                       self.settings.server.probe_bind)
             except SettingsError:
                 self.listener.close()
                 self.listener = None
                 raise
-
-    def _listen(self, address: tuple[str, int], flag: str, given: str) -> Any:
-        family = socket.AF_INET6 if gunicorn_util.is_ipv6(address[0]) else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-        except OSError as exc:
-            sock.close()
-            raise SettingsError(_bind_problem(given, exc).replace("--bind", flag)) from None
-        assert self.arbiter is not None
-        # gunicorn's listener on the bound socket: it listens, and the workers inherit it.
-        return gunicorn_sock._sock_type(address)(address, self.cfg, self.arbiter.log, fd=sock.detach())
 
     @property
     def port(self) -> int:
@@ -306,14 +307,16 @@ class _Server(BaseApplication):  # type: ignore[misc]
     def load(self) -> Flask:
         # Runs in each worker after the fork: watch threads and caches must live in the worker.
         try:
-            app, _, _ = build(self.settings, tls_check(self.checked.tls), self.checked.cluster_objects,
-                              self.embedded_parts)
+            built = build(self.settings, loads_now(self.checked.tls), self.checked.cluster_objects,
+                          self.embedded_parts)
         except (ImexWebhookError, OSError, ValueError, RuntimeError) as exc:
             # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.
             raise AppImportError(f"imex-webhook serve: cannot start: {preflight.one_line(str(exc))}") from exc
+        self.built = built
+        app = built.app
         if self.callers is not None:
             app.wsgi_app = callers.require_client_certificate(  # type: ignore[method-assign,assignment]
-                app.wsgi_app, self.callers, refused=app.extensions["imex"].metrics.count)
+                app.wsgi_app, self.callers, refused=built.metrics.count)
         return app
 
 

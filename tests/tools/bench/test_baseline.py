@@ -22,7 +22,7 @@ def test_baseline_echoes_the_body() -> None:
 def test_the_baseline_runs_behind_the_services_own_worker_and_application_class(tmp_path: Path) -> None:
     from webhook.service.server import _Server
     from webhook.service.settings import ServerSettings, Settings, TlsSettings
-    from webhook.service.worker import Worker
+    from webhook.serving.worker import Worker
 
     tls = servers.make_tls(tmp_path)
     settings = Settings(server=ServerSettings(bind="127.0.0.1:0"), tls=TlsSettings(cert=tls.cert, key=tls.key))

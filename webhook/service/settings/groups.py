@@ -27,14 +27,14 @@ from webhook.wire.redaction import redact_url
 
 DEFAULT_BIND = "127.0.0.1:8443"
 # The subjects (CN or a DNS/URI SAN) of the client certificates the shipped manifests and ``imex-webhook
-# certs`` issue: kube-scheduler's (certs.files.SCHEDULER_CLIENT) and an operator's (webhook.service.callers).
+# certs`` issue: kube-scheduler's (certs.files.SCHEDULER_CLIENT) and an operator's (webhook.serving.callers).
 SCHEDULER_SUBJECT = "imex-scheduler"
 OPERATOR_SUBJECT = "imex-operator"
 # kube-scheduler's default extender httpTimeout is 5 s; the bind budget (attach + binding) must stay under
 # the configured httpTimeout, and gunicorn's worker timeout above both so a slow bind is never killed.
 DEFAULT_BIND_BUDGET = 20.0
 WORKER_TIMEOUT = 120
-# Deadlines for a client to finish each part of a request (webhook.service.worker). kube-scheduler and
+# Deadlines for a client to finish each part of a request (webhook.serving.reading). kube-scheduler and
 # kube-apiserver send a request in one go over a kept-alive connection, so these only ever cut off
 # clients that stall; the body deadline leaves room for a 40 MiB NodeList on a slow link.
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
@@ -42,7 +42,7 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_WRITE_TIMEOUT = 30.0
 # A request of the service port that has waited this long for a thread and its answer makes /healthz fail
-# (webhook.service.stalls): above the bind budget, the longest a request legitimately takes.
+# (webhook.serving.stalls): above the bind budget, the longest a request legitimately takes.
 DEFAULT_STALL_TIMEOUT = 60.0
 # Past either cap a new connection closes the oldest idle one (docs/HARDENING.md, "Connection limits").
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -85,7 +85,7 @@ class TlsSettings:
     namespace: str = "imex-system"
     client_ca: Path | None = None
     # Subjects (CN or a DNS/URI SAN) of the client certificates that may call the extender verbs and read the
-    # cluster map (webhook.service.callers).
+    # cluster map (webhook.serving.callers).
     client_subjects: tuple[str, ...] = (SCHEDULER_SUBJECT,)
     inspect_subjects: tuple[str, ...] = (OPERATOR_SUBJECT,)
     # A loopback peer may read the cluster map (kubectl port-forward); not behind a mesh sidecar, through
@@ -97,7 +97,7 @@ class TlsSettings:
 class LimitSettings:
     max_body: int = DEFAULT_MAX_BODY
     max_buffered: int | None = None
-    # Connections on --bind (webhook.service.conn_limits).
+    # Connections on --bind (webhook.serving.conn_limits).
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_source: int = DEFAULT_MAX_CONNECTIONS_PER_SOURCE
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT

@@ -3,7 +3,7 @@
 Method (docs/BENCHMARKS.md; made for a shared two-core machine):
 - the real service (``imex-webhook serve``, embedded cluster of N nodes in cliques of 18 x 4 GPUs) and
   the baseline (``baseline``: decode and re-encode the body) run under the same gunicorn application
-  class, worker (``webhook.service.worker.Worker``, gthread) and TLS setup, one worker each, the same
+  class, worker (``webhook.serving.worker.Worker``, gthread) and TLS setup, one worker each, the same
   certificate;
 - for every scenario the two are loaded in turn, A/B then B/A, ``repeats`` times; each pair gives a
   ratio, and the median of the pairwise ratios is reported, so drift and busy neighbours cancel out;
@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from webhook.service.worker import Worker
+from webhook.serving.worker import Worker
 from webhook.tools import servers, stats
 from webhook.tools.bench import baseline, loadgen, micro, payloads, report, segmented, segmented_http, serial
 from webhook.tools.bench.loadgen import Run, Target

@@ -1,7 +1,7 @@
 """Who may call us: the extender verbs answer only kube-scheduler, the cluster map only operators.
 
 The TLS layer requests a certificate from every client and fails the handshake for one that does not
-chain to ``--client-ca`` (:mod:`webhook.service.tls`); a client without one still gets in, since the
+chain to ``--client-ca`` (:mod:`webhook.serving.tls`); a client without one still gets in, since the
 kubelet's probes and Prometheus have none. Chaining to the CA is not enough, though: the docs advise one CA
 for the scheduler's and kube-apiserver's client certificates, and a certificate without any extended key
 usage is valid for every purpose in OpenSSL's eyes. So each request is checked here against the path:
@@ -33,8 +33,13 @@ import orjson
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.service.settings import OPERATOR_SUBJECT, SCHEDULER_SUBJECT
 from webhook.wire.addresses import is_loopback, normalized
+
+# The subjects the shipped manifests and ``imex-webhook certs`` issue client certificates for, which
+# ``serve``'s --client-subject and --inspect-subject default to (webhook.service.settings names the same two,
+# tests/service/test_caller_flags.py checks they agree): the defaults of :class:`Allowed`.
+SCHEDULER_SUBJECT = "imex-scheduler"
+OPERATOR_SUBJECT = "imex-operator"
 
 EXTENDER_PATHS = frozenset({"/filter", "/prioritize", "/bind", "/preempt"})
 INSPECT_PATHS = frozenset({"/inspect", "/ui"})

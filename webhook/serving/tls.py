@@ -5,7 +5,7 @@
 * With a client CA the certificate is *requested*, not required: the kubelet's probes and Prometheus
   connect without one, while a certificate that is presented must chain to the client CA and carry the
   clientAuth extended key usage (OpenSSL checks the purpose on the server side), or the handshake fails.
-  Which paths need a verified client is decided per request (:mod:`webhook.service.callers`).
+  Which paths need a verified client is decided per request (:mod:`webhook.serving.callers`).
 * The files are re-read when their identity changes (a rotated Secret swaps them; an atomic write
   replaces the inode), so new connections get the new certificate without a restart, and an unchanged
   certificate costs three ``stat`` calls per connection instead of a fresh context. A pair that does
@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,18 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
         context.load_verify_locations(cafile=str(files.client_ca))
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+def loads_now(files: TlsFiles) -> Callable[[], tuple[bool, str]]:
+    """A check for /readyz: do the files on disk load now (the server keeps the last good pair if not)?"""
+    def check() -> tuple[bool, str]:
+        try:
+            server_context(files)
+        except (OSError, ssl.SSLError) as exc:
+            return False, f"certificate {files.cert} / key {files.key} do not load: {exc}"
+        return True, f"certificate {files.cert}"
+
+    return check
 
 
 def _identity(path: Path | None) -> tuple[int, int, int, int] | None:

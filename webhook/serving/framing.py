@@ -1,7 +1,7 @@
 """Where an HTTP/1.1 request ends, judged from the bytes received so far (pure; RFC 9112 section 6).
 
 The server reads each request completely in its poller before a thread serves it (see
-:mod:`webhook.service.worker`), so it must know from the buffered bytes alone whether the head is
+:mod:`webhook.serving.reading`), so it must know from the buffered bytes alone whether the head is
 complete, how the body is framed and whether the body is complete. A head whose framing cannot be
 trusted (a malformed header line, conflicting or malformed Content-Length and Transfer-Encoding) is
 refused here with 400, as the HTTP parser behind would refuse it, so that no thread ever waits on the

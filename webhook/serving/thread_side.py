@@ -1,6 +1,6 @@
-"""What a worker thread does with one whole request: parse it, run the app, put the response in the
-connection's :class:`~webhook.service.conns.Output` (the poller writes it), and answer in JSON whatever
-the HTTP parser refuses.
+"""What a worker thread does with one whole request (:class:`ThreadSide`): parse it, run the app, put the
+response in the connection's :class:`~webhook.serving.conns.Output` (the poller writes it), and answer in
+JSON whatever the HTTP parser refuses.
 
 Replies the server writes itself, never the app, are JSON too: ``{"error": ..., "status": N}``. gunicorn
 answers a request its parser refuses with an HTML page (and a ``SCRIPT_NAME`` header that does not prefix
@@ -9,20 +9,20 @@ the path with an HTML 500); here each gets the status gunicorn would have chosen
 
 A thread never touches the socket: the parser reads from the request bytes the poller collected, and the
 response goes to the output buffer. ``gunicorn.socket`` in the WSGI environment is still the real one, for
-the client certificate (:mod:`webhook.service.callers`).
+the client certificate (:mod:`webhook.serving.callers`).
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from gunicorn.http import errors, wsgi
 
-from webhook.http.metrics import verb_of
-from webhook.service.conns import Conn, WriteStalled
+from webhook.serving.conns import Conn, WriteStalled
+from webhook.serving.handover import Reports
 from webhook.wire.addresses import normalized
 
 log = logging.getLogger("imex_webhook.serve")
@@ -75,14 +75,24 @@ def error_response(status: int, message: str, keep_alive: bool = False) -> bytes
     return head.encode() + body
 
 
-class ThreadSide:
-    """Mixed into the worker (a gunicorn ThreadWorker, whose attributes these methods use)."""
+class Served(Protocol):
+    """The gunicorn worker the threads serve for: its hooks are called with it, it counts the requests
+    served and stops after ``max_requests`` of them."""
 
     cfg: Any
+    log: Any
     wsgi: Any
     alive: bool
     nr: int
     max_requests: int
+
+
+class ThreadSide:
+    """Serves whole requests on the worker's threads; never touches a socket."""
+
+    def __init__(self, worker: Served, reports: Reports) -> None:
+        self.worker = worker
+        self.reports = reports
 
     def handle(self, conn: Conn) -> bool:
         """Serve one request; whether the connection may carry another."""
@@ -106,22 +116,23 @@ class ThreadSide:
 
     def handle_request(self, req: Any, conn: Conn) -> bool:
         """gunicorn's, with the response written to the connection's output buffer."""
+        worker = self.worker
         environ: dict[str, Any] = {}
         resp = None
         try:
-            self.cfg.pre_request(self, req)
+            worker.cfg.pre_request(worker, req)
             start = datetime.now()
             req._expected_100_continue = False  # the poller sent the interim answer when it was due
-            resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, self.cfg)
+            resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, worker.cfg)
             resp.sock = conn.output
             environ["wsgi.multithread"] = True
-            self.nr += 1
-            if self.nr >= self.max_requests and self.alive:
+            worker.nr += 1
+            if worker.nr >= worker.max_requests and worker.alive:
                 log.info("Autorestarting worker after current request.")
-                self.alive = False
-            if not self.alive or not self.cfg.keepalive:
+                worker.alive = False
+            if not worker.alive or not worker.cfg.keepalive:
                 resp.force_close()
-            respiter = self.wsgi(environ, resp.start_response)
+            respiter = worker.wsgi(environ, resp.start_response)
             # A HEAD answer has no body, but the layers that answer ahead of Flask (the caller check's 403)
             # write the GET one: gunicorn drops it with a WARNING line per request, a flood any client
             # could cause. Dropped here, quietly; the head still says what GET would (JSON, its length).
@@ -131,7 +142,7 @@ class ThreadSide:
                     resp.write(b"" if no_body else item)
                 resp.close()
             finally:
-                self.log.access(resp, req, environ, datetime.now() - start)  # type: ignore[attr-defined]
+                worker.log.access(resp, req, environ, datetime.now() - start)
                 if hasattr(respiter, "close"):
                     respiter.close()
             return not resp.should_close()
@@ -141,26 +152,16 @@ class ThreadSide:
             raise
         finally:
             try:
-                self.cfg.post_request(self, req, environ, resp)
+                worker.cfg.post_request(worker, req, environ, resp)
             except Exception:
                 log.exception("Exception in post_request hook")
-
-    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        """gunicorn's own error page, should any path of its still call it: JSON, best effort."""
-        status, message = classify(exc) or (500, f"internal error ({type(exc).__name__})")
-        try:
-            client.sendall(error_response(status, message))
-        except Exception:
-            log.debug("could not send an error answer", exc_info=True)
 
     def _refused(self, conn: Conn, req: Any, exc: BaseException) -> None:
         known = classify(exc)
         if known is None:
             log.error("error handling request %s: %s: %s", getattr(req, "uri", "(no request line read)"),
                       type(exc).__name__, exc, exc_info=exc)
-            metrics = self._metrics()
-            if metrics is not None:
-                metrics.internal_errors.labels(_verb(conn)).inc()
+            self.reports.internal_error(conn.head.path if conn.head is not None else "")
             self._reply(conn, 500, f"internal error ({type(exc).__name__})")
         else:
             log.debug("invalid request from %s: %s", conn.source, known[1])
@@ -173,14 +174,13 @@ class ThreadSide:
             conn.output.sendall(error_response(status, message))
         except WriteStalled:
             return
-        metrics = self._metrics()
-        if metrics is not None:
-            metrics.count_refused(conn.received, status)
-
-    def _metrics(self) -> Any:
-        imex = getattr(getattr(self, "wsgi", None), "extensions", {}).get("imex")
-        return None if imex is None else imex.metrics
+        self.reports.refused(conn.received, status)
 
 
-def _verb(conn: Conn) -> str:
-    return verb_of(conn.head.path if conn.head is not None else "")
+def answer_error(client: Any, exc: BaseException) -> None:
+    """gunicorn's own error page, should any path of its still call it: JSON, best effort."""
+    status, message = classify(exc) or (500, f"internal error ({type(exc).__name__})")
+    try:
+        client.sendall(error_response(status, message))
+    except Exception:
+        log.debug("could not send an error answer", exc_info=True)

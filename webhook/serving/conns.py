@@ -1,4 +1,4 @@
-"""One client connection of the worker (:mod:`webhook.service.worker`): its phase, deadline, the request
+"""One client connection of the worker (:mod:`webhook.serving.worker`): its phase, deadline, the request
 bytes read so far and the response bytes still to write.
 
 A thread never writes to the socket. The response it produces goes into the connection's
@@ -21,7 +21,7 @@ from gunicorn import http
 from gunicorn.http import unreader
 from gunicorn.workers import gthread
 
-from webhook.service import framing
+from webhook.serving import framing
 
 HANDSHAKE, IDLE, HEAD, BODY = "handshake", "idle", "head", "body"
 SERVING, WRITING, CLOSING = "serving", "writing", "closing"
