@@ -89,7 +89,7 @@ def test_the_extender_verbs_are_routes_serve_answers_with_post() -> None:
 
     store = ClusterStore(Policy())
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
-    app = create_app(builders.engine(backend), backend)
+    app = create_app(builders.engine(backend), backend, embedded=backend)
     routes = {rule.rule: rule.methods for rule in app.url_map.iter_rules()}
     (extender,) = deploy.scheduler_config()["extenders"]
     for key in ("filterVerb", "prioritizeVerb", "bindVerb"):

@@ -1,7 +1,7 @@
-"""The operator's view in /metrics (``Metrics.watch_cluster``): domains' GPUs, groups waiting by the reason
-/filter would give, reservations past their TTL, attachments by phase, watch health and leaked fabric
-blocks, read at scrape time from the engine. Each case is a small cluster, scraped through the registry's
-own exposition and read back with prometheus_client's text parser; the watch health of a replica in
+"""The operator's view in /metrics (``webhook.http.cluster_metrics.ClusterMetrics``): domains' GPUs, groups
+waiting by the reason /filter would give, reservations past their TTL, attachments by phase, watch health and
+leaked fabric blocks, read at scrape time from the engine. Each case is a small cluster, scraped through the
+registry's own exposition and read back with prometheus_client's text parser; the watch health of a replica in
 Kubernetes mode against the fake API server (tests/kubefake.py), and the leaked-block count of the fabric
 reconciler across a change of leader."""
 
@@ -28,6 +28,7 @@ from webhook.domain.views.figures import MAX_EVALUATED, WAITING_REASONS
 from webhook.engine.engine import Engine
 from webhook.engine.reconciler import Reconciler
 from webhook.errors import DecisionError
+from webhook.http.cluster_metrics import ClusterMetrics
 from webhook.http.metrics import Metrics
 from webhook.state.cluster import ClusterStore
 from webhook.wire.fabric_attachment import Attachment, Phase
@@ -67,10 +68,12 @@ class Watches:
         self.watch_health = health
 
 
-def viewed(engine: Engine, backend: Watches | None = None) -> Metrics:
-    """``backend``: the watches' health as a backend reports it (none: a backend without watches)."""
-    metrics = Metrics(engine.store.sync_state)
-    metrics.watch_cluster(engine, backend or Watches(dict))  # type: ignore[arg-type]  # only watch_health is read
+def viewed(engine: Engine, backend: Watches | None = None,
+           unaccounted: Callable[[], int] | None = None) -> Metrics:
+    """``backend``: the watches' health as a backend reports it (none: a backend without watches);
+    ``unaccounted``: the fabric reconciler's count of leaked blocks (none: no fabric)."""
+    metrics = Metrics()
+    metrics.registry.register(ClusterMetrics(engine, (backend or Watches(dict)).watch_health, unaccounted))
     return metrics
 
 
@@ -153,8 +156,7 @@ def test_attachments_are_counted_by_phase_with_every_phase_present() -> None:
 
 
 def test_watch_health_and_unaccounted_blocks_come_from_their_sources() -> None:
-    metrics = viewed(engine_for(RACK), Watches(lambda: {"Pod": (12.5, False), "Node": (400.0, True)}))
-    metrics.watch_fabric(lambda: 3)
+    metrics = viewed(engine_for(RACK), Watches(lambda: {"Pod": (12.5, False), "Node": (400.0, True)}), lambda: 3)
     samples = scrape(metrics)
     assert samples[("imex_webhook_cache_progress_age_seconds", (("kind", "Node"),))] == 400.0
     assert samples[("imex_webhook_cache_stalled", (("kind", "Node"),))] == 1.0
@@ -174,8 +176,7 @@ def test_a_failing_source_costs_only_its_own_metrics(caplog: pytest.LogCaptureFi
     def broken() -> dict[str, tuple[float, bool]]:
         raise RuntimeError("watch table unreadable")
 
-    metrics = viewed(engine_for(RACK + group_pods("g", 8)), Watches(broken))
-    metrics.watch_fabric(lambda: 1 // 0)
+    metrics = viewed(engine_for(RACK + group_pods("g", 8)), Watches(broken), lambda: 1 // 0)
     samples = scrape(metrics)
     assert waiting(samples)["no-domain-ever"] == 1  # the cluster's families are whole
     assert not any(name in ("imex_webhook_cache_stalled", "imex_webhook_fabric_unaccounted_blocks")
@@ -262,8 +263,7 @@ def test_only_the_leader_counts_leaked_blocks_and_leading_again_restarts_their_g
     fabric, lead, clock = OneLeakedBlock(), {"now": True}, {"now": 0.0}
     reconciler = Reconciler(MemoryAttachmentStore(cluster), fabric, cluster,  # type: ignore[arg-type]
                             Timeouts(orphan_grace=60), leader=lambda: lead["now"], clock=lambda: clock["now"])
-    metrics = viewed(engine_for(RACK))
-    metrics.watch_fabric(reconciler.unaccounted_blocks)
+    metrics = viewed(engine_for(RACK), unaccounted=reconciler.unaccounted_blocks)
     leaked = ("imex_webhook_fabric_unaccounted_blocks", ())
 
     reconciler.run_once()

@@ -23,6 +23,7 @@ from tests.fuzz.conftest import RUN
 from tests.fuzz.service import check_reply, counters
 from webhook.adapters import embedded
 from webhook.demo import cluster as demo
+from webhook.domain.limits import DEFAULT_MAX_BODY
 from webhook.domain.policy import Policy
 from webhook.http.app import create_app
 from webhook.state.cluster import ClusterStore
@@ -45,7 +46,7 @@ def _app(max_body: int | None = None) -> Flask:
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     engine = builders.engine(backend, policy)
-    return create_app(engine, backend, max_body=max_body) if max_body else create_app(engine, backend)
+    return create_app(engine, backend, max_body=max_body or DEFAULT_MAX_BODY, embedded=backend)
 
 
 @pytest.fixture(scope="module")

@@ -21,4 +21,4 @@ def demo_app() -> Flask:
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
     engine = builders.engine(backend, policy)
-    return create_app(engine, backend)
+    return create_app(engine, backend, embedded=backend)

@@ -31,7 +31,7 @@ def _app(max_body: int = 64 * 1024 * 1024) -> Flask:
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    return create_app(builders.engine(backend, policy), backend, max_body=max_body)
+    return create_app(builders.engine(backend, policy), backend, max_body=max_body, embedded=backend)
 
 
 def _call(wsgi: Callable[..., Iterable[bytes]], environ: dict[str, Any]) -> Reply:

@@ -164,7 +164,7 @@ def test_the_app_refuses_a_chunked_body_past_its_limit_behind_any_server() -> No
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
     backend.start()
-    app = create_app(builders.engine(backend, policy), backend, max_body=LIMIT)
+    app = create_app(builders.engine(backend, policy), backend, max_body=LIMIT, embedded=backend)
     client = app.test_client()
 
     def send(body: bytes) -> Any:
@@ -231,6 +231,6 @@ def test_fabric_url_credentials_reach_neither_the_log_nor_readyz(tmp_path: Path)
     (b"", "other"),
 ])
 def test_a_reply_the_server_writes_itself_is_counted_under_the_path_it_was_for(received: bytes, verb: str) -> None:
-    metrics = Metrics(dict, dict)
+    metrics = Metrics()
     metrics.count_refused(received, 413)
     assert metrics.registry.get_sample_value("imex_webhook_requests_total", {"verb": verb, "code": "413"}) == 1.0

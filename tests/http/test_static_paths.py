@@ -39,7 +39,7 @@ def _app() -> Flask:
     policy = Policy()
     store = ClusterStore(policy)
     backend = embedded.EmbeddedBackend(store, demo.objects(), "the built-in demo topology")
-    return create_app(builders.engine(backend, policy), backend)
+    return create_app(builders.engine(backend, policy), backend, embedded=backend)
 
 
 def test_no_file_of_the_working_directory_is_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

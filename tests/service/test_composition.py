@@ -18,7 +18,7 @@ from webhook.agent import cli as agent_cli
 from webhook.agent import settings as agent_settings
 from webhook.demo import cluster as demo
 from webhook.domain.policy import Policy
-from webhook.service import fabric_wiring, server, settings
+from webhook.service import assembly, fabric_wiring, settings
 from webhook.state.cluster import ClusterStore
 
 
@@ -31,7 +31,7 @@ def _agent(*argv: str) -> argparse.Namespace:
 
 
 def test_the_embedded_mode_without_files_runs_on_the_demo_topology_the_composition_root_hands_in() -> None:
-    backend = server.build_backend(_serve(), ClusterStore(Policy()), embedded=composition.embedded_parts())
+    backend = assembly.build_backend(_serve(), ClusterStore(Policy()), embedded=composition.embedded_parts())
 
     assert isinstance(backend, EmbeddedBackend) and backend.source == "the built-in demo topology"
     assert backend.node_objects() == [o for o in demo.objects() if o["kind"] == "Node"]
@@ -39,7 +39,7 @@ def test_the_embedded_mode_without_files_runs_on_the_demo_topology_the_compositi
 
 def test_the_service_started_without_the_demo_topology_refuses_the_embedded_mode_in_one_line() -> None:
     with pytest.raises(settings.SettingsError) as refused:
-        server.build_backend(_serve(), ClusterStore(Policy()))
+        assembly.build_backend(_serve(), ClusterStore(Policy()))
     assert str(refused.value) == "no --cluster files, and this command was started without the demo topology"
 
 

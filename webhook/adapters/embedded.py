@@ -148,8 +148,6 @@ class EmbeddedBinder:
 
 
 class EmbeddedBackend:
-    embedded = True
-
     def __init__(self, store: ClusterStore, objects: list[dict[str, Any]], source: str,
                  pod_ttl: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store

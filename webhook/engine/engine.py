@@ -76,6 +76,10 @@ class Engine(Core):
         snapshot = self.snapshot()
         return admission_review.admit(review, snapshot.catalog, snapshot.nodes, self.policy)
 
+    def reservation_counts(self, now: float) -> dict[str, int]:
+        """Reservations by state: reserved (stored), proposed (chosen, not stored yet)."""
+        return {"reserved": len(self.reservations.all()), "proposed": len(self.choices.promised(now))}
+
     def expired_reservations(self, now: float) -> int:
         """Stored reservations past their TTL that housekeeping has not released yet."""
         return sum(1 for r in self.snapshot().reservations.values() if not self.policy.live(r, now, stored=True))

@@ -7,7 +7,8 @@ with an explicit "nothing" (``None``, an empty mapping, a null object next to th
 with ``getattr``: a second fabric manager, or another cluster source, is one adapter package that
 implements these and one line of wiring.
 
-- ``Backend``: where cluster state comes from, and the stores and sinks that go with it.
+- ``Backend``: where cluster state comes from, and the stores and sinks that go with it; ``EmbeddedCluster``
+  what only the embedded mode adds (the scheduler's pods recorded).
 - ``ReservationStore`` (with the ``Arbiter`` it consults) and ``AttachmentStore``: the two records the
   engine writes.
 - ``Binder``: creates bindings. ``Attacher``: attach-before-bind (``webhook.engine.attacher`` implements it
@@ -18,7 +19,7 @@ implements these and one line of wiring.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from webhook.domain.model import Node, Pod, Reservation
 from webhook.engine.occurrences import Occurrence
@@ -229,9 +230,6 @@ class Backend(Protocol):
     def binder(self) -> Binder: ...
 
     @property
-    def embedded(self) -> bool: ...
-
-    @property
     def attachments(self) -> AttachmentStore: ...
 
     @property
@@ -255,10 +253,6 @@ class Backend(Protocol):
         """(ready, why not): caches synced and the source reachable."""
         ...
 
-    def note_pod(self, pod: Pod) -> None:
-        """A pod the scheduler asked about; the embedded cluster records it, a watch-fed one ignores it."""
-        ...
-
     def is_leader(self) -> bool:
         """Whether this replica runs the cluster-wide reconcilers now."""
         ...
@@ -267,11 +261,15 @@ class Backend(Protocol):
         """Per watched kind: seconds since its last progress, and whether it is stalled (empty: no watches)."""
         ...
 
-    def node_objects(self) -> list[dict[str, Any]]:
-        """The Node objects as the source holds them, for the simulated node agents of embedded mode
-        (empty where real agents run)."""
-        ...
-
     def collectors(self) -> Sequence[object]:
         """Prometheus collectors the backend's own parts export (registered on /metrics)."""
+        ...
+
+
+class EmbeddedCluster(Protocol):
+    """Only the embedded mode (``webhook.adapters.embedded``): a cluster with no API server, which learns its
+    pods from the scheduler's requests. Where pods come from watches there is none (the views get None)."""
+
+    def note_pod(self, pod: Pod) -> None:
+        """A pod the scheduler asked about: recorded until it is bound or no longer named."""
         ...

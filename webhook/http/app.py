@@ -15,9 +15,10 @@ from werkzeug.exceptions import HTTPException
 
 from webhook.domain.limits import DEFAULT_MAX_BODY, body_limit
 from webhook.engine.engine import Engine
-from webhook.engine.ports import Backend
+from webhook.engine.ports import Backend, EmbeddedCluster
 from webhook.http import admission, extender, fast, ops, ui
-from webhook.http.common import Services, error_response, release_memory, too_large
+from webhook.http.cluster_metrics import ClusterMetrics
+from webhook.http.common import Check, Services, error_response, release_memory, too_large
 from webhook.http.metrics import Metrics, verb_of
 from webhook.wire.addresses import normalized
 
@@ -27,10 +28,15 @@ def always_ready() -> tuple[bool, str]:
 
 
 def create_app(engine: Engine, backend: Backend, metrics: Metrics | None = None, max_body: int = DEFAULT_MAX_BODY,
-               tls_ready: Callable[[], tuple[bool, str]] = always_ready,
-               checks: Mapping[str, Callable[[], tuple[bool, str]]] | None = None) -> Flask:
-    """``metrics``: the registry the service's other parts already report to (a new one if None); ``checks``:
-    more /readyz checks by name (the fabric inventory's, when a fabric is configured)."""
+               tls_ready: Check = always_ready, checks: Mapping[str, Check] | None = None, *,
+               liveness: dict[str, Check] | None = None, unaccounted: Callable[[], int] | None = None,
+               embedded: EmbeddedCluster | None = None) -> Flask:
+    """``metrics``: the observer the service's other parts already report to (a new one if None); the
+    cluster's view is added to its registry here. ``checks``: more /readyz checks by name (the fabric
+    inventory's, when a fabric is configured); ``liveness``: the /healthz checks, a table the server adds its
+    own to (it is read at each probe); ``unaccounted``: the fabric reconciler's count of leaked blocks;
+    ``embedded``: the embedded mode's cluster, told of every pod the scheduler asks about (None where watches
+    feed the cluster)."""
     # No static route: Flask's own (/static/<path>, made before the config below) would serve the files of
     # $PWD/static and answer OPTIONS with an empty HTML 200; the map page carries everything it needs.
     app = Flask("imex_webhook", static_folder=None)
@@ -39,10 +45,11 @@ def create_app(engine: Engine, backend: Backend, metrics: Metrics | None = None,
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
 
     if metrics is None:
-        metrics = Metrics(engine.store.sync_state)
-    metrics.watch_cluster(engine, backend)
+        metrics = Metrics()
+    metrics.registry.register(ClusterMetrics(engine, backend.watch_health, unaccounted))
     app.extensions["imex"] = Services(engine=engine, backend=backend, metrics=metrics, tls_ready=tls_ready,
-                                      checks=dict(checks or {}))
+                                      checks=dict(checks or {}), liveness=liveness if liveness is not None else {},
+                                      embedded=embedded)
     app.register_blueprint(extender.blueprint)
     app.register_blueprint(ops.blueprint)
     app.register_blueprint(admission.blueprint)

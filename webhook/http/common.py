@@ -16,7 +16,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from webhook.domain.limits import MAX_DEPTH
 from webhook.engine.engine import Engine
-from webhook.engine.ports import Backend
+from webhook.engine.ports import Backend, EmbeddedCluster
 from webhook.errors import WireError
 from webhook.http.metrics import Metrics
 
@@ -33,6 +33,8 @@ class Services:
     checks: dict[str, Check] = field(default_factory=dict)
     # /healthz checks: what would make a restart the right answer (the server's stalled service port).
     liveness: dict[str, Check] = field(default_factory=dict)
+    # The embedded mode's cluster, told of the pods the scheduler asks about; None where watches feed it.
+    embedded: EmbeddedCluster | None = None
 
 
 def services() -> Services:

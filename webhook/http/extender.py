@@ -71,7 +71,8 @@ def _filter_reply(args: ParsedArgs | None, passed: list[str], failed: dict[str, 
 def filter_answer(doc: Any, svc: Services) -> bytes:
     args = parse_args(_object(doc), svc)
     try:
-        svc.backend.note_pod(args.pod)
+        if svc.embedded is not None:
+            svc.embedded.note_pod(args.pod)
         result = svc.engine.filter(args.pod, args.candidates, args.node_view)
     except DecisionError as exc:
         # Not a bug: the group's reservation could not be stored (API server failing, every domain chosen
@@ -168,7 +169,8 @@ def _preemption_reply(args: ParsedPreemption | None, kept: tuple[str, ...]) -> E
 def preempt_answer(doc: Any, svc: Services) -> bytes:
     args = parse_preemption_args(_object(doc))
     try:
-        svc.backend.note_pod(args.pod)
+        if svc.embedded is not None:
+            svc.embedded.note_pod(args.pod)
         result = svc.engine.preempt(args.pod, args.candidates, args.victims)
     except Exception as exc:
         # No Error field in the reply: accepting no candidate evicts nothing, whatever `ignorable` says.

@@ -46,5 +46,5 @@ def metrics() -> Response:
 def inspect() -> Response:
     svc = services()
     body = svc.engine.inspection(svc.engine.clock())
-    body["mode"] = "embedded" if svc.backend.embedded else "kubernetes"
+    body["mode"] = "embedded" if svc.embedded is not None else "kubernetes"
     return json_response(body)

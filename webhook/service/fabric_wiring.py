@@ -149,7 +149,6 @@ def start(fabric: str, store: ClusterStore, backend: Backend, metrics: Metrics, 
     attacher = FabricAttacher(backend.attachments, manager, metrics)
     reconciler = Reconciler(backend.attachments, manager, store, timeouts, leader=backend.is_leader,
                             observer=metrics)
-    metrics.watch_fabric(reconciler.unaccounted_blocks)
     parts = FabricParts(manager, attacher, reconciler, sim)
     # A worker that exits (SIGTERM, a restart) logs out instead of leaving its session to time out on the
     # fabric manager, whose session slots are few.

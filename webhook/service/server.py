@@ -17,45 +17,33 @@ only then is "serving" logged; a problem with any of them is one line and exit s
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any
 
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 from gunicorn.errors import AppImportError
-from prometheus_client.registry import Collector
 
 from certs import files as cert_files
 from certs import issue as cert_issue
-from webhook.adapters import embedded as embedded_backend
-from webhook.adapters.memory import MemoryAttachmentStore
 from webhook.domain.limits import body_limit
-from webhook.domain.policy import Policy
-from webhook.engine.engine import Engine
-from webhook.engine.ports import Backend
-from webhook.engine.requeue import Requeuer
 from webhook.errors import ImexWebhookError, SettingsError
-from webhook.http.app import always_ready, create_app
-from webhook.http.common import Services, release_memory
-from webhook.http.metrics import Metrics, verb_of
-from webhook.service import fabric_wiring, preflight
-from webhook.service.embedded_parts import EmbeddedParts, Stoppable
+from webhook.http.common import release_memory
+from webhook.http.metrics import verb_of
+from webhook.service import assembly, preflight
+from webhook.service.embedded_parts import EmbeddedParts
 from webhook.service.settings import KEEPALIVE, WORKER_TIMEOUT, Settings
-from webhook.service.upkeep import Upkeep
 from webhook.serving import callers, listeners
 from webhook.serving.conns import Limits
 from webhook.serving.handover import Check, Reports, Setup
 from webhook.serving.tls import Contexts, TlsFiles, loads_now
 from webhook.serving.worker import Worker
-from webhook.state.cluster import ClusterStore
 
 log = logging.getLogger("imex_webhook.serve")
 
@@ -92,94 +80,6 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def build_backend(settings: Settings, store: ClusterStore, cluster_objects: list[dict[str, Any]] | None = None,
-                  embedded: EmbeddedParts | None = None) -> Backend:
-    """``cluster_objects``: the --cluster files as the start-up checks parsed them (read once);
-    ``embedded``: the demo topology for the embedded mode without --cluster files."""
-    if settings.cluster.embedded:
-        if cluster_objects is not None:
-            return embedded_backend.EmbeddedBackend(store, cluster_objects,
-                                                    ", ".join(str(p) for p in settings.cluster.files),
-                                                    settings.cluster.pod_ttl)
-        if settings.cluster.files:
-            return embedded_backend.from_files(store, list(settings.cluster.files), settings.cluster.pod_ttl)
-        if embedded is None:
-            raise SettingsError("no --cluster files, and this command was started without the demo topology")
-        return embedded_backend.EmbeddedBackend(store, embedded.demo_cluster(), "the built-in demo topology",
-                                                settings.cluster.pod_ttl)
-    from webhook.adapters.kube import backend as kube
-    from webhook.adapters.kube.watch_settings import WatchSettings
-
-    cluster = settings.cluster
-    return kube.connect(str(cluster.kubeconfig) if cluster.kubeconfig else None, cluster.in_cluster, store,
-                        cluster.holder, label_nodes=True,
-                        watch=WatchSettings(stall_timeout=cluster.watch_stall_timeout))
-
-
-class Built(NamedTuple):
-    """What :func:`build` made, and what the server reports to: the app's metrics and its /healthz checks."""
-
-    app: Flask
-    engine: Engine
-    backend: Backend
-    metrics: Metrics
-    liveness: dict[str, Check]
-
-
-def build(settings: Settings, tls_ready: Callable[[], tuple[bool, str]] | None = None,
-          cluster_objects: list[dict[str, Any]] | None = None,
-          embedded: EmbeddedParts | None = None) -> Built:
-    """Everything one worker serves: the cluster source, the fabric parts, the engine and the app (started)."""
-    policy: Policy = settings.policy
-    store = ClusterStore(policy)
-    backend = build_backend(settings, store, cluster_objects, embedded)
-    backend.start()
-    metrics = Metrics(store.sync_state)
-    for collector in backend.collectors():
-        metrics.registry.register(cast(Collector, collector))  # the port keeps prometheus out of the engine
-    parts = fabric_wiring.start(settings.fabric.manager, store, backend, metrics,
-                                credentials=settings.fabric.credentials, ca=settings.fabric.ca,
-                                refresh=settings.fabric.refresh,
-                                timeouts=settings.fabric.timeouts,
-                                embedded=embedded, node_agents=_node_agents(backend, store, embedded),
-                                max_response=settings.fabric.max_response)
-    engine = Engine(store, backend.reservations, backend.binder, policy,
-                    attacher=parts.attacher if parts is not None else None, events=backend.events,
-                    holder=settings.cluster.holder, bind_budget=settings.limits.bind_budget)
-    app = create_app(engine, backend, metrics, settings.limits.max_body, tls_ready or always_ready,
-                     checks={"fabric": parts.fabric.ready} if parts is not None else None)
-    nudger = backend.nudger
-    Upkeep(engine, settings.cluster.housekeeping_interval,
-           Requeuer(engine, nudger) if nudger is not None else None).start()
-    _freeze_when_ready(backend)
-    services: Services = app.extensions["imex"]  # create_app's container: its /healthz checks live there
-    return Built(app, engine, backend, metrics, services.liveness)
-
-
-def _node_agents(backend: Backend, store: ClusterStore,
-                 embedded: EmbeddedParts | None) -> Callable[[], Stoppable] | None:
-    """Starts the simulated node agents of an embedded cluster (they take its attachments, held in memory,
-    to Ready and Released); None where real agents run."""
-    attachments = backend.attachments
-    if embedded is None or not isinstance(attachments, MemoryAttachmentStore):
-        return None
-    return lambda: embedded.start_node_agents(attachments, store, backend.node_objects())
-
-
-def _freeze_when_ready(backend: Backend) -> None:
-    """Once the caches are loaded, move every object alive into the garbage collector's permanent
-    generation: tens of thousands of long-lived cache objects are then never traversed again by the
-    collections that per-request garbage triggers."""
-    def wait() -> None:
-        while not backend.ready()[0]:
-            time.sleep(0.2)
-        gc.collect()
-        gc.freeze()
-        log.info("caches loaded; %d objects moved out of the garbage collector's way", gc.get_freeze_count())
-
-    threading.Thread(target=wait, name="gc-freeze", daemon=True).start()
-
-
 class _Server(BaseApplication):  # type: ignore[misc]
     def __init__(self, settings: Settings, cert: Path, key: Path,
                  checked: preflight.Checked | None = None, embedded: EmbeddedParts | None = None) -> None:
@@ -206,7 +106,7 @@ class _Server(BaseApplication):  # type: ignore[misc]
         self.arbiter: Arbiter | None = None
         self.listener: Any = None
         self.probe_listener: Any = None
-        self.built: Built | None = None  # in a worker, once load() made the app (never with another app)
+        self.built: assembly.Built | None = None  # in a worker, once load() made the app (never with another app)
         super().__init__()
 
     # -- what each worker gets (webhook.serving.handover.Host) ------------------------------------------
@@ -307,7 +207,7 @@ class _Server(BaseApplication):  # type: ignore[misc]
     def load(self) -> Flask:
         # Runs in each worker after the fork: watch threads and caches must live in the worker.
         try:
-            built = build(self.settings, loads_now(self.checked.tls), self.checked.cluster_objects,
+            built = assembly.build(self.settings, loads_now(self.checked.tls), self.checked.cluster_objects,
                           self.embedded_parts)
         except (ImexWebhookError, OSError, ValueError, RuntimeError) as exc:
             # gunicorn prints the message of this error alone and stops, instead of a traceback per attempt.

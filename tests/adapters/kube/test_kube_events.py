@@ -39,6 +39,7 @@ from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.engine import occurrences
 from webhook.engine.occurrences import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
+from webhook.http.cluster_metrics import ClusterMetrics
 from webhook.http.metrics import Metrics
 
 ROOT = Path(__file__).parents[3]
@@ -428,8 +429,8 @@ def test_the_drop_counter_is_exported_for_every_reason(make: Make) -> None:
     store = builders.store([])
     backend = embedded.EmbeddedBackend(store, [], "test")
     engine = builders.engine(backend, events=recorder)
-    metrics = Metrics(store.sync_state, lambda: {})
-    metrics.watch_cluster(engine, backend)
+    metrics = Metrics()
+    metrics.registry.register(ClusterMetrics(engine, backend.watch_health))
     text = generate_latest(metrics.registry).decode()
     assert 'imex_webhook_events_dropped_total{reason="queue-full"} 1.0' in text
     for reason in occurrences.DROP_REASONS:

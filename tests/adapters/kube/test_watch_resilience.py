@@ -31,7 +31,7 @@ from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.http.app import create_app
-from webhook.service import server
+from webhook.service import assembly
 from webhook.service.settings import Settings, SettingsError, from_args
 from webhook.state.cluster import ClusterStore
 
@@ -201,7 +201,7 @@ def test_the_stall_bound_is_a_serve_flag_and_reaches_every_watch(kubeconfig: Pat
     assert chosen.cluster.watch_stall_timeout == 42.0
     with pytest.raises(SettingsError, match="--watch-stall-timeout"):
         settings("--watch-stall-timeout", "0")
-    backend = server.build_backend(chosen, ClusterStore(Policy()))
+    backend = assembly.build_backend(chosen, ClusterStore(Policy()))
     assert isinstance(backend, KubeBackend)
     try:
         assert {w._settings.stall_timeout for w in backend._watchers} == {42.0}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from kubernetes.client import ApiClient
 
@@ -128,8 +127,6 @@ class KubeBinder:
 class KubeBackend:
     """``Backend`` for a real cluster; ``start`` begins the watches, ``ready`` reports their first lists."""
 
-    embedded: bool = False
-
     def __init__(self, api: Api, store: ClusterStore, holder: str, settings: WatchSettings | None = None,
                  namespace: str = "imex-system", label_nodes: bool = False) -> None:
         self.store = store
@@ -195,12 +192,6 @@ class KubeBackend:
     def watch_health(self) -> dict[str, tuple[float, bool]]:
         """For /metrics: per watched kind, seconds since its last progress and whether it is stalled."""
         return {w.kind: (w.progress_age(), w.stalled() is not None) for w in self._watchers}
-
-    def note_pod(self, pod: Pod) -> None:
-        """Nothing to do: the pod watch delivers every pod."""
-
-    def node_objects(self) -> list[dict[str, Any]]:
-        return []  # real node agents run on the nodes
 
     def collectors(self) -> list[object]:
         return [self.node_labels.counter] if self.node_labels is not None else []

@@ -88,7 +88,7 @@ class Bench:
         self.backend = EmbeddedBackend(self.store, payloads.cluster_objects(nodes), f"bench cluster of {nodes}")
         self.engine = Engine(self.store, self.backend.reservations, self.backend.binder, policy)
         self.backend.start()
-        self.app = create_app(self.engine, self.backend, max_body=payloads.NODELIST_MAX_BODY)
+        self.app = create_app(self.engine, self.backend, max_body=payloads.NODELIST_MAX_BODY, embedded=self.backend)
         self.names = payloads.names(nodes)
         first = parsing.pod(payloads.scheduled_pod(f"{payloads.MEASURED_CD}-0", payloads.MEASURED_CD))
         self.backend.note_pod(first)
