@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from webhook.domain.groups.group_sources import TABLES
@@ -31,6 +31,7 @@ from webhook.errors import WireError
 from webhook.state import kinds
 from webhook.state.assumed import AssumedBindings
 from webhook.state.attachment_table import AttachmentTable
+from webhook.state.catalog_tables import CatalogTables
 from webhook.state.imex_holds import ImexHolds
 from webhook.state.node_index import NodeIndex
 from webhook.state.pod_index import PodIndex, derive
@@ -58,8 +59,7 @@ class ClusterStore:
         self._objects.update({t.kind: self._workloads.tables[t.kind] for t in TABLES})
         self._node_index = NodeIndex(self._objects[NODES])
         self._imex_holds = ImexHolds()
-        self._cds: dict[str, ComputeDomain] = {}  # by UID, as claims and pods name them
-        self._gpu_quotas: dict[str, tuple[GpuQuota, ...]] = {}  # namespace -> its quotas' GPU lines
+        self._tables = CatalogTables()  # ComputeDomains by UID, quotas by namespace, split jobs
         self._index = PodIndex()
         self._assumed = AssumedBindings()  # pods this replica is binding, not yet bound in the watch
         self._fabric_free: dict[str, int] = {}
@@ -70,7 +70,6 @@ class ClusterStore:
         self._rejects = Rejects()
         self._deferred: set[str] | None = None  # namespaces to re-derive at the end of a relist
         self._listeners: list[Callable[[], None]] = []
-        self._split_jobs: dict[str, tuple[str, int]] = {}  # preferred job's group id -> (namespace, segment size)
         # Each row's handler (webhook.state.kinds.Derive), bound once.
         handlers: dict[kinds.Derive, Handler] = {
             kinds.Derive.NODE: self._node_changed,
@@ -211,12 +210,9 @@ class ClusterStore:
         namespace and size), as its segments' reservations say; the pods of a job whose entry changed are
         derived again, into their segments. Whether anything changed."""
         with self._lock:
-            if dict(jobs) == self._split_jobs:
+            changed = self._tables.split(jobs)
+            if changed is None:
                 return False
-            changed = {ns for job, ns_size in jobs.items() if self._split_jobs.get(job) != ns_size
-                       for ns in (ns_size[0],)}
-            changed |= {ns for job, (ns, _) in self._split_jobs.items() if job not in jobs}
-            self._split_jobs = dict(jobs)
             for namespace in sorted(changed):
                 self._rederive(namespace)
             self._changed()
@@ -329,22 +325,11 @@ class ClusterStore:
             self._put_again(pod)
 
     def _cd_changed(self, kind: Kind, key: ObjectKey, old: ComputeDomain | None, new: ComputeDomain | None) -> None:
-        if old is not None:
-            self._cds.pop(old.uid, None)
-        if new is not None:
-            self._cds[new.uid] = new
+        self._tables.compute_domain_changed(old, new)
         self._rederive(key[0])
 
     def _quota_changed(self, kind: Kind, key: ObjectKey, old: GpuQuota | None, new: GpuQuota | None) -> None:
-        # Read only when a group is given a domain (webhook.domain.placement.quotas): nothing else derives from
-        # it. Only the namespace's own quotas are gathered again, so a relist of every namespace's quota is
-        # linear, not quadratic.
-        others = [q for q in self._gpu_quotas.get(key[0], ()) if q.name != key[1]]
-        held = tuple(sorted([*others, new] if new is not None else others, key=lambda q: q.name))
-        if held:
-            self._gpu_quotas[key[0]] = held
-        else:
-            self._gpu_quotas.pop(key[0], None)
+        self._tables.quota_changed(key, new)
 
     def _workload_changed(self, kind: Kind, key: ObjectKey, old: object, new: object) -> None:
         if old != new:  # a status-only update parses to the same object: nothing to derive again
@@ -352,13 +337,9 @@ class ClusterStore:
             self._rederive(key[0])
 
     def _catalog(self, copy: bool = False) -> Catalog:
-        """The live tables while deriving; copies for a snapshot, which outlives the next change."""
         o = self._objects
-        catalog = Catalog(o[RESOURCE_CLAIM_TEMPLATES], o[RESOURCE_CLAIMS], self._cds, o[JOBS], **self._workloads.views,
-                          split_jobs={job: size for job, (_, size) in self._split_jobs.items()})
-        if not copy:
-            return catalog
-        return Catalog(**{f.name: dict(getattr(catalog, f.name)) for f in fields(Catalog)})
+        held = {"templates": o[RESOURCE_CLAIM_TEMPLATES], "claims": o[RESOURCE_CLAIMS], "jobs": o[JOBS]}
+        return self._tables.catalog(held, self._workloads.views, copy)
 
     def _rederive(self, namespace: str) -> None:
         # Group identity and demand depend on templates, claims, ComputeDomains, Jobs and the gang API's and
@@ -396,5 +377,5 @@ class ClusterStore:
             ended_groups=frozenset(index.ended),
             channel_nodes=self._node_index.channel_nodes(),
             imex_holds=self._imex_holds.view(),
-            gpu_quotas=dict(self._gpu_quotas),
+            gpu_quotas=dict(self._tables.gpu_quotas),
         )
