@@ -36,10 +36,10 @@ from tests.e2e.kubeapi import ApiCallError, KubeApi, eventually
 from webhook.adapters.kube.api import MERGE_PATCH, Api, call_timeout, load_configuration
 from webhook.adapters.kube.backend import KubeBinder
 from webhook.adapters.kube.nudges import PodNudger
-from webhook.adapters.kube.resources import NODES
 from webhook.domain import keys, requeue
 from webhook.domain.policy import Policy
 from webhook.domain.reading import node_labels, parsing
+from webhook.wire.kinds import NODES
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(1800)]
 

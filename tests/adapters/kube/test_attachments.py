@@ -12,13 +12,13 @@ import pytest
 from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube import attachments as kube_attachments
 from webhook.adapters.kube import backend as kube
-from webhook.adapters.kube.resources import FABRIC_ATTACHMENTS
 from webhook.adapters.kube.watch import Watcher
 from webhook.domain.policy import Policy
 from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
 from webhook.wire import fabric_attachment as fa
 from webhook.wire.fabric_attachment import Block, Phase
+from webhook.wire.kinds import FABRIC_ATTACHMENTS
 
 
 def _att(uid: str = "pod-uid-1") -> fa.Attachment:

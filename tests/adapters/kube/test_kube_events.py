@@ -34,13 +34,13 @@ from webhook.adapters import embedded
 from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError, call_timeout, load_configuration
 from webhook.adapters.kube.event_series import BURST, CACHE_SIZE, REFILL, SERIES_WINDOW, Correlator
 from webhook.adapters.kube.events import MAX_QUEUED, NOTE_BYTES, TRIES, EventRecorder, name_prefix
-from webhook.adapters.kube.resources import EVENTS
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.engine import occurrences
 from webhook.engine.occurrences import NO_DOMAIN_FITS, NORMAL, ObjectRef, Occurrence, Reason
 from webhook.http.cluster_metrics import ClusterMetrics
 from webhook.http.metrics import Metrics
+from webhook.wire.kinds import EVENTS
 
 ROOT = Path(__file__).parents[3]
 POD = ObjectRef("v1", "Pod", "ml", "train-0", "uid-train-0")

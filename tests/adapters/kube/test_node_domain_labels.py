@@ -28,12 +28,12 @@ from tests.kubefake import KubeFake, eventually
 from webhook.adapters.kube import backend as kube
 from webhook.adapters.kube.api import Api, call_timeout, load_configuration
 from webhook.adapters.kube.node_labels import LabellerSettings, NodeDomainLabeller
-from webhook.adapters.kube.resources import NODES
 from webhook.adapters.kube.watch import Watcher
 from webhook.demo import cluster as demo
 from webhook.domain import keys
 from webhook.domain.policy import Policy
 from webhook.state.cluster import ClusterStore
+from webhook.wire.kinds import NODES
 
 DOMAIN = keys.DOMAIN_LABEL
 FAST = LabellerSettings(backoff_first=0.02, backoff_max=0.2, conflict_first=0.01)

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError
 from webhook.adapters.kube.cache import WatchedCache
-from webhook.adapters.kube.resources import FABRIC_ATTACHMENTS
 from webhook.errors import StoreConflict
 from webhook.state.cluster import ClusterStore
 from webhook.wire import fabric_attachment as fa
 from webhook.wire.fabric_attachment import Attachment
+from webhook.wire.kinds import FABRIC_ATTACHMENTS
 
 
 class KubeAttachmentStore:

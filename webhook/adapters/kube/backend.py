@@ -35,15 +35,7 @@ from webhook.adapters.kube.leader import LeaseLeader
 from webhook.adapters.kube.node_labels import NodeDomainLabeller
 from webhook.adapters.kube.nudges import PodNudger
 from webhook.adapters.kube.reservations import KubeReservationStore
-from webhook.adapters.kube.resources import (
-    CLUSTER_KINDS,
-    COMPUTE_DOMAINS,
-    DOMAIN_RESERVATIONS,
-    FABRIC_ATTACHMENTS,
-    NODES,
-    PODS,
-    RESOURCE_QUOTAS,
-)
+from webhook.adapters.kube.resources import CLUSTER_KINDS
 from webhook.adapters.kube.watch import Sink, Watcher
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.domain import keys
@@ -53,7 +45,15 @@ from webhook.domain.reading import parsing
 from webhook.engine.ports import Binder, Nudger, ReservationStore
 from webhook.errors import DecisionError, WireError
 from webhook.state.cluster import ClusterStore
-from webhook.wire.kinds import Kind
+from webhook.wire.kinds import (
+    COMPUTE_DOMAINS,
+    DOMAIN_RESERVATIONS,
+    FABRIC_ATTACHMENTS,
+    NODES,
+    PODS,
+    RESOURCE_QUOTAS,
+    Kind,
+)
 
 log = logging.getLogger(__name__)
 __all__ = ["KubeBackend", "KubeBinder", "KubeConfigError", "connect"]

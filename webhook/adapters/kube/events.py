@@ -30,8 +30,8 @@ from typing import NotRequired, TypedDict
 
 from webhook.adapters.kube.api import JSON, MERGE_PATCH, Api, ApiError
 from webhook.adapters.kube.event_series import Correlator, Series, Write
-from webhook.adapters.kube.resources import EVENTS
 from webhook.engine.occurrences import DROP_REASONS, ObjectRef, Occurrence
+from webhook.wire.kinds import EVENTS
 from webhook.wire.text import clip_bytes
 from webhook.wire.timestamps import rfc3339
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from webhook.adapters.kube.api import Api, ApiError
-from webhook.adapters.kube.resources import LEASES
+from webhook.wire.kinds import LEASES
 from webhook.wire.timestamps import parse_rfc3339, rfc3339
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ from typing import Any, ClassVar, TypeVar
 
 from webhook.adapters.kube.api import Api, ApiError, Timeout
 from webhook.adapters.kube.cache import WatchedCache
-from webhook.adapters.kube.resources import DOMAIN_RESERVATIONS
 from webhook.domain.model import Reservation, Segment
 from webhook.engine.ports import Arbiter
 from webhook.errors import DecisionError, DomainFull, WireError
 from webhook.wire import domain_reservation as dr
+from webhook.wire.kinds import DOMAIN_RESERVATIONS
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", "Entry", "Ledger")

@@ -34,11 +34,12 @@ from webhook.adapters.kube.api import (
     load_configuration,
 )
 from webhook.adapters.kube.cache import WatchedCache
-from webhook.adapters.kube.resources import DEFAULT_DEVICE_PLUGIN_SELECTORS, FABRIC_ATTACHMENTS, NODES, PODS
+from webhook.adapters.kube.resources import DEFAULT_DEVICE_PLUGIN_SELECTORS
 from webhook.adapters.kube.watch import Watcher
 from webhook.adapters.kube.watch_settings import WatchSettings
 from webhook.errors import NodeApiError
 from webhook.wire import fabric_attachment as fa
+from webhook.wire.kinds import FABRIC_ATTACHMENTS, NODES, PODS
 
 log = logging.getLogger(__name__)
 

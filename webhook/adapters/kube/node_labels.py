@@ -35,13 +35,12 @@ from typing import Any
 from prometheus_client import Counter
 
 from webhook.adapters.kube.api import MERGE_PATCH, Api, ApiError
-from webhook.adapters.kube.resources import NODES
 from webhook.adapters.kube.watch import Sink
 from webhook.domain.policy import Policy
 from webhook.domain.reading import node_labels
 from webhook.domain.reading.node_labels import LabelState
 from webhook.errors import WireError
-from webhook.wire.kinds import Kind, object_key
+from webhook.wire.kinds import NODES, Kind, object_key
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ resourceVersion (the scheduler ignores an update that carries the same one).
 from __future__ import annotations
 
 from webhook.adapters.kube.api import STRATEGIC_MERGE_PATCH, Api, ApiError, call_timeout
-from webhook.adapters.kube.resources import PODS
 from webhook.domain import requeue
 from webhook.domain.model import Pod
 from webhook.errors import DecisionError
+from webhook.wire.kinds import PODS
 from webhook.wire.timestamps import rfc3339
 
 # Nobody waits on a retry; a slow API server delays it, never a scheduler's request.

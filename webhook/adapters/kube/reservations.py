@@ -36,11 +36,11 @@ from webhook.adapters.kube.ledgers import (
     kept,
     transient,
 )
-from webhook.adapters.kube.resources import DOMAIN_RESERVATIONS
 from webhook.domain.model import Reservation
 from webhook.engine.ports import Arbiter
 from webhook.errors import DecisionError, StoreConflict, WireError
 from webhook.wire import domain_reservation as dr
+from webhook.wire.kinds import DOMAIN_RESERVATIONS
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,14 @@
-"""Every API kind the project reads or writes, in one table: the well-known kinds (``webhook.wire.kinds``,
-whose ``path`` builds the URLs), the group sources' and what feeds the extender's ``ClusterStore``. RBAC
-(manifests/rbac-*.yaml) grants exactly these."""
+"""What feeds the extender's ``ClusterStore``, one watch per kind: the well-known kinds of
+``webhook.wire.kinds`` (whose ``path`` builds the URLs) and the group sources'. RBAC (manifests/rbac-*.yaml)
+grants exactly these and the kinds the adapter writes (Events, Leases, FabricAttachments,
+DomainReservations)."""
 
 from __future__ import annotations
 
 from webhook.domain.groups import group_sources
 from webhook.wire.kinds import (
     COMPUTE_DOMAINS,
-    DOMAIN_RESERVATIONS,
-    EVENTS,
-    FABRIC_ATTACHMENTS,
     JOBS,
-    LEASES,
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
@@ -20,9 +17,6 @@ from webhook.wire.kinds import (
     RESOURCE_SLICES,
     Kind,
 )
-
-__all__ = ["CLUSTER_KINDS", "COMPUTE_DOMAINS", "DEFAULT_DEVICE_PLUGIN_SELECTORS", "DOMAIN_RESERVATIONS", "EVENTS",
-           "FABRIC_ATTACHMENTS", "LEASES", "NODES", "PODS", "RESOURCE_QUOTAS"]
 
 # What the extender's ClusterStore is fed from, one watch each (webhook.adapters.kube.backend).
 CLUSTER_KINDS: tuple[Kind, ...] = (
