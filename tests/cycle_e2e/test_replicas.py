@@ -41,7 +41,8 @@ def test_replicas_taking_turns_per_pod_never_split_a_job_and_agree_once_they_kno
         assert refusals and all(r["NodeNames"] == [] for r in refusals)
         reason = refusals[-1]["FailedNodes"]["a-2"]
         assert reason.startswith("no domain can host 3 pods of compute-domain group ml/twin-3 (3 pods x 4 GPUs, one "
-                                 f"per node): the largest free capacity is 1 pods (domain {h.clique('a')}")
+                                 "per node): the scheduler offered nodes in 1 of the 2 domains checked: domain "
+                                 f"{h.clique('a')}: 3 nodes, 2 rejected by the scheduler's own filters, 1 < 3 needed")
         assert reason in run.last(keys_[1]).message
         assert world.calls_of("bind", SECOND) == [] and world.calls_of("preempt", SECOND) == []
         # The disagreement, as each replica shows it.

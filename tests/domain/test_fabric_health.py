@@ -164,3 +164,37 @@ def test_hostile_health_fields_are_refused_naming_the_field(field: str, value: A
     with pytest.raises(WireError) as err:
         parsing.node(node, Policy().domain_labels)
     assert err.value.path == path
+
+
+def _offered_only(rack_a: list[dict[str, Any]], rack_b: list[dict[str, Any]]) -> str:
+    """The reason a 4-pod group gets when the scheduler offers only rack a's nodes."""
+    snap = builders.snapshot([*rack_a, *rack_b, *builders.cd_objects("job", 4)])
+    offered = sorted(n for n in snap.nodes if n.startswith("a-"))
+    out = filtering.filter_nodes(parsing.pod(builders.pod("job-0", cd="job")), offered,
+                                 DecisionInputs(snap, Policy(), 1000.0))
+    assert out.context is not None and out.context.domain is None and not out.passed
+    return out.context.reason
+
+
+def test_a_group_offered_only_unhealthy_nodes_is_told_of_them_not_of_a_domain_the_scheduler_never_offered() -> None:
+    rack_a = [sick(node, fabric="unhealthy") for node in builders.rack("a", A, 4)]
+    reason = _offered_only(rack_a, builders.rack("b", B, 4))
+    assert reason.index(f"domain {A}: 4 nodes, 4 with an unhealthy NVLink fabric") < reason.index(B), reason
+    assert "the scheduler offered nodes in 1 of the 2 domains checked" in reason
+    assert "rejected by the scheduler's own filters" not in reason
+
+
+def test_each_offered_domain_is_named_with_what_ruled_it_out() -> None:
+    rack_a = builders.rack("a", A, 4)
+    sick(rack_a[0], fabric="unhealthy")
+    sick(rack_a[1], cordoned=True)
+    reason = _offered_only(rack_a, builders.rack("b", B, 4))
+    assert f"domain {A}: 4 nodes, 1 cordoned, 1 with an unhealthy NVLink fabric, 2 < 4 needed" in reason, reason
+
+
+def test_when_the_scheduler_offers_nodes_of_no_domain_the_reason_says_so() -> None:
+    snap = builders.snapshot([*builders.rack("a", A, 4), builders.node("plain", 8), *builders.cd_objects("job", 4)])
+    out = filtering.filter_nodes(parsing.pod(builders.pod("job-0", cd="job")), ["plain"],
+                                 DecisionInputs(snap, Policy(), 1000.0))
+    assert out.context is not None
+    assert "the scheduler offered no node of any domain (1 domains checked)" in out.context.reason

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from webhook.domain.groups import segments
 from webhook.domain.health import HealthPolicy, domain_health
 from webhook.domain.model import Demand, Group, Member, Node, Reservation, Snapshot
-from webhook.domain.placement import exclusive
+from webhook.domain.placement import exclusive, refusal
 from webhook.domain.placement.capacity import attachable, free_local
 from webhook.domain.placement.node_constraints import (
     BUSY,
@@ -43,6 +43,7 @@ class Offer:
     ceiling: int  # members it could host if every pod in it finished (ignores current use)
     nodes: int = 0  # nodes in the domain
     ruled_out: tuple[tuple[str, int], ...] = ()  # (constraint, nodes it keeps from taking a member), largest first
+    offered: int = 0  # nodes of the domain among the scheduler's candidates (all of them without candidates)
 
     def shortfall(self, remaining: int, one_pod_per_node: bool) -> str:
         """Which constraints ran out, with counts, for a group this domain cannot host."""
@@ -166,7 +167,8 @@ def offer(domain: str, group: Group, need: Demand, remaining: int, snapshot: Sna
     spare_gpus = sum(local[n.name] for n in usable) + spare_fabric
     spare_nodes = len([n for n in usable if n.name not in placed])
     ceiling = _ceiling(group, need, remaining, every)
-    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling, len(names), ordered(tally))
+    offered = len(names) if allowed is None else sum(1 for name in names if name in allowed)
+    return Offer(domain, total, attaches, spare_gpus, spare_nodes, ceiling, len(names), ordered(tally), offered)
 
 
 def _ceiling(group: Group, need: Demand, remaining: int, nodes: Sequence[Node]) -> int:
@@ -308,22 +310,7 @@ def choose(group: Group, size: int | None, need: Demand, snapshot: Snapshot,
     if not offers:
         return Choice(None, f"no NVLink or fabric domain exists for {what}: no node carries a domain label",
                       remaining, offers)
-    largest = max(offers, key=lambda o: (o.pods, -o.attaches, o.domain))
-    biggest_ever = max(offers, key=lambda o: (o.ceiling, o.domain))
-    # Which constraints ran out in the domain with most room, when anything but GPUs did.
-    short = largest.shortfall(remaining, group.one_pod_per_node) if largest.ruled_out else ""
-    if placed_domains:
-        reason = (f"{what} already has {placed} pods in domain {placed_domains[0]}, which has room for only "
-                  f"{largest.pods} of the {remaining} still to place" + (f" ({short})" if short else ""))
-    else:
-        reason = (f"no domain can host {remaining} pods of {what}: the largest free capacity is "
-                  f"{largest.pods} pods (domain {largest.domain}, {len(offers)} domains checked"
-                  + (f"; {short})" if short else ")"))
-    later = biggest_ever.ceiling >= remaining
-    if later:
-        reason += f"; domain {biggest_ever.domain} could once running pods finish"
-    else:
-        reason += f"; even empty, the largest domain holds {biggest_ever.ceiling} such pods"
+    reason, later = refusal.no_room(what, remaining, placed, placed_domains, offers, group.one_pod_per_node)
     if excluded:
         first = sorted(excluded)[0]
         reason += f"; {len(excluded)} more ruled out by exclusive ComputeDomains ({excluded[first]})"
