@@ -27,6 +27,13 @@ SEGMENT_SIZE_ANNOTATION = f"{PREFIX}/segment-size"
 # "required" (the default) or "preferred" on a ComputeDomain (or its pods): a preferred job takes one domain
 # when one fits, else is split into as few domains as possible (webhook.domain.groups.segments).
 PLACEMENT_ANNOTATION = f"{PREFIX}/placement"
+# A duration ("90m", "4h", "1h30m") on a ComputeDomain (or its pods): how long the group runs at most, as its
+# owner states it. Advisory: the extender plans with it and never kills a group that runs longer
+# (webhook.domain.groups.walltime).
+MAX_RUNTIME_ANNOTATION = f"{PREFIX}/max-runtime"
+# Kueue's maximum execution time of a Job it manages, in seconds (a label on the Job; Kueue evicts the job
+# past it).
+KUEUE_MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 GROUP_LABEL = f"{PREFIX}/group"
 # "k" on a pod of a job cut into segments: the pod's segment. The extender writes it at the first filter of
 # a member with no rank of its own (webhook.domain.jobs.segment_assignment); a user may set it at creation.

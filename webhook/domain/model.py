@@ -97,6 +97,8 @@ class Pod:
     deleting: bool = False
     workload: WorkloadRefs | None = None  # None: no gang API or controller names a group for it
     rank: str | None = None  # the Job completion index as written (webhook.domain.groups.segments)
+    active_deadline: int | None = None  # spec.activeDeadlineSeconds: the kubelet ends the pod past it
+    started_at: float | None = None  # status.startTime, seconds since the epoch (None: not started)
 
     @property
     def key(self) -> ObjectKey:
@@ -142,6 +144,7 @@ class ComputeDomain:
     spare_nodes: str | None = None  # imex-webhook.io/spare-nodes as written (webhook.domain.groups.spares)
     segment_size: str | None = None  # imex-webhook.io/segment-size as written (webhook.domain.groups.segments)
     placement: str | None = None  # imex-webhook.io/placement as written (webhook.domain.groups.segments)
+    max_runtime: str | None = None  # imex-webhook.io/max-runtime as written (webhook.domain.groups.walltime)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,8 @@ class Job:
     name: str
     uid: str
     parallelism: int | None
+    active_deadline: int | None = None  # spec.activeDeadlineSeconds: the Job controller ends the Job past it
+    max_exec: str | None = None  # Kueue's kueue.x-k8s.io/max-exec-time-seconds label as written
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +263,16 @@ class Group:
     # A member of a job cut into segments of this many pods that has no rank and no segment label yet: its
     # segment is given at its first filter (webhook.domain.jobs.segment_assignment). 0 for every other group.
     unassigned_per: int = 0
+    walltime: Walltime | None = None  # how long it runs at most, when anything says (webhook.domain.groups.walltime)
+
+
+@dataclass(frozen=True, slots=True)
+class Walltime:
+    """How long a group runs at most: the smallest bound anything states, and which one it is."""
+
+    seconds: float
+    source: str  # what states it, as a person reads it ("Job ml/train's activeDeadlineSeconds")
+    enforced: bool  # Kubernetes or Kueue ends the group past it; else only its owner says so
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from webhook.domain import keys
-from webhook.domain.groups import controller_groups, group_sources, segments, spares
+from webhook.domain.groups import controller_groups, group_sources, segments, spares, walltime
 from webhook.domain.model import (
     Catalog,
     ClaimSpec,
@@ -177,17 +177,18 @@ def resolve(pod: Pod, catalog: Catalog, policy: Policy) -> GroupResolution:
             found = _from_controllers(pod, catalog, policy)
             if found is not None and found.group is not None:
                 count, problem = spares.requested(pod.annotations, None)
-                group, size, cut = segments.segmented(replace(found.group, spares=count), found.size, pod, None,
-                                                      catalog)
-                return replace(found, group=group, size=size,
-                               problems=found.problems + ((problem,) if problem else ()) + tuple(cut))
+                bound, bound_problem = walltime.requested(pod, catalog, None)
+                group, size, cut = segments.segmented(replace(found.group, spares=count, walltime=bound), found.size,
+                                                      pod, None, catalog)
+                stated = tuple(p for p in (problem, bound_problem) if p)
+                return replace(found, group=group, size=size, problems=found.problems + stated + tuple(cut))
             if found is not None:
                 return found
         return GroupResolution(None, None, "unknown", tuple(problems), tuple(warnings))
     count, problem = spares.requested(pod.annotations, cd)
-    if problem:
-        problems.append(problem)
-    group = replace(group, spares=count)
+    bound, bound_problem = walltime.requested(pod, catalog, cd)
+    problems.extend(p for p in (problem, bound_problem) if p)
+    group = replace(group, spares=count, walltime=bound)
     size, source, size_problem = _size(pod, catalog, cd)
     if size_problem:
         problems.append(size_problem)

@@ -35,6 +35,7 @@ from webhook.wire.fields import list_ as _list
 from webhook.wire.fields import map_ as _map
 from webhook.wire.fields import str_ as _str
 from webhook.wire.text import shown
+from webhook.wire.timestamps import parse_rfc3339
 
 _OURS = f"{keys.PREFIX}/"
 
@@ -236,6 +237,8 @@ def pod(obj: Any, path: str = "Pod", validated: bool = True) -> Pod:
         scheduler_name=_str(spec.get("schedulerName"), f"{path}.spec.schedulerName", "default-scheduler", limit),
         deleting=bool(meta.get("deletionTimestamp")),
         rank=annotations.get(keys.COMPLETION_INDEX, labels.get(keys.COMPLETION_INDEX)),
+        active_deadline=_int(spec.get("activeDeadlineSeconds"), f"{path}.spec.activeDeadlineSeconds") or None,
+        started_at=parse_rfc3339(status["startTime"], f"{path}.status.startTime") if status.get("startTime") else None,
     )
     # The groups other controllers put the pod in are read from their labels before only ours are kept.
     refs = workload_refs.pod_refs(parsed.namespace, parsed.name, labels, annotations, spec, f"{path}.spec")
@@ -260,6 +263,7 @@ def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:
         spare_nodes=annotations.get(keys.SPARE_NODES_ANNOTATION),
         segment_size=annotations.get(keys.SEGMENT_SIZE_ANNOTATION),
         placement=annotations.get(keys.PLACEMENT_ANNOTATION),
+        max_runtime=annotations.get(keys.MAX_RUNTIME_ANNOTATION),
     )
 
 
@@ -268,9 +272,17 @@ def job(obj: Any, path: str = "job") -> Job:
     meta = _map(obj.get("metadata"), f"{path}.metadata")
     spec = _map(obj.get("spec"), f"{path}.spec")
     parallelism = spec.get("parallelism")
+    deadline = spec.get("activeDeadlineSeconds")
+    labels = meta.get("labels")
+    max_exec = labels.get(keys.KUEUE_MAX_EXEC_LABEL) if isinstance(labels, Mapping) else None
     return Job(
         namespace=_str(meta.get("namespace"), f"{path}.metadata.namespace", "default") or "default",
         name=_str(meta.get("name"), f"{path}.metadata.name"),
         uid=_str(meta.get("uid"), f"{path}.metadata.uid"),
         parallelism=parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else None,
+        # Both are read leniently, as parallelism is: a Job the API server accepted has them right, and one
+        # that does not only states no walltime.
+        active_deadline=deadline if isinstance(deadline, int) and not isinstance(deadline, bool) and deadline > 0
+        else None,
+        max_exec=max_exec if isinstance(max_exec, str) else None,
     )

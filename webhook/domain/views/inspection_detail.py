@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.domain import domain_kinds
-from webhook.domain.groups import grouping
+from webhook.domain.groups import grouping, walltime
 from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Group, Member, Node, Reservation, Snapshot
 from webhook.domain.placement import placement
 from webhook.domain.placement.capacity import IN_FLIGHT, free_local
 from webhook.domain.policy import Policy
 from webhook.wire.fabric_attachment import Phase
+from webhook.wire.timestamps import rfc3339
 
 # Computing why a group without a domain waits costs a pass over every domain; past this many such
 # groups in one answer the rest say so instead, so /inspect stays cheap on a crowded cluster (each costs
@@ -128,7 +129,22 @@ def group_detail(group_id: str, members: Sequence[Member], snapshot: Snapshot,
         "expectedPods": expected,
         "placedDomains": placed_domains,
         "gpusPerPod": live[0].demand.gpus if live else (res.gpus_per_pod if res else None),
+        **_walltime(group, live),
     }
+
+
+def _walltime(group: Group | None, live: Sequence[Member]) -> dict[str, Any]:
+    """The group's walltime as it states it, and when it ends at the latest once running (``walltime``)."""
+    bound = group.walltime if group is not None else None
+    if bound is None:
+        return {"walltime": None, "expectedEnd": None}
+    end = walltime.expected_end(bound, live)
+    try:
+        shown = rfc3339(end, "s") if end is not None else None
+    except (ValueError, OverflowError, OSError):  # a start time near the calendar's end: no date to show
+        shown = None
+    return {"walltime": {"seconds": bound.seconds, "source": bound.source, "enforced": bound.enforced},
+            "expectedEnd": shown}
 
 
 def _why_no_domain(group: Group | None, live: Sequence[Member], size: int | None, snapshot: Snapshot,
