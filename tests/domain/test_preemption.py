@@ -17,6 +17,7 @@ from webhook.domain import keys
 from webhook.domain.decisions import preemption
 from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Reservation, Snapshot
+from webhook.domain.placement import vacated
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.state.cluster import ClusterStore
@@ -168,7 +169,7 @@ def test_without_victims_frees_their_gpus_groups_and_compute_domains() -> None:
     gone = {"a-00": [_uid("batch/low-a-00")], "a-01": [_uid("ml/other-1")], "a-02": [_uid("batch/low-a-02")],
             "ghost": [_uid("batch/low-a-02")]}
     victims = {u: p for us in gone.values() for u in us if (p := store.pod_by_uid(u)) is not None}
-    after = preemption.without_victims(snap, gone, victims, POLICY)
+    after = vacated.without_victims(snap, gone, victims, POLICY)
     assert [after.used_gpus.get(n, 0) for n in RACK_A[:3]] == [2, 0, 0]
     assert after.node_compute_domains["a-00"] == {OTHER_CD}  # other-0 stays
     assert after.node_compute_domains["a-01"] == frozenset() and after.nodes["a-01"].compute_domain is None
@@ -183,7 +184,7 @@ def test_a_victim_bound_elsewhere_than_its_candidate_frees_nothing() -> None:
     uid = _uid("batch/low-a-00")
     pod = store.pod_by_uid(uid)
     assert pod is not None
-    assert preemption.without_victims(snap, {"a-01": [uid]}, {uid: pod}, POLICY) is snap
+    assert vacated.without_victims(snap, {"a-01": [uid]}, {uid: pod}, POLICY) is snap
 
 
 @pytest.mark.parametrize(("rank", "kept"), [(0, RACK_B), (5, RACK_B), (9, RACK_A)],

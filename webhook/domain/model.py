@@ -99,6 +99,8 @@ class Pod:
     rank: str | None = None  # the Job completion index as written (webhook.domain.groups.segments)
     active_deadline: int | None = None  # spec.activeDeadlineSeconds: the kubelet ends the pod past it
     started_at: float | None = None  # status.startTime, seconds since the epoch (None: not started)
+    created_at: float | None = None  # metadata.creationTimestamp (None: not created yet, at admission)
+    priority: int = 0  # spec.priority, as the admission plugin resolved it from the priority class
 
     @property
     def key(self) -> ObjectKey:
@@ -344,6 +346,9 @@ class Reservation:
     # More members' worth of the domain held for the group's replacements (webhook.domain.groups.spares).
     spares: int = 0
     segment: Segment | None = None  # where a segment's reservation stands in its job (webhook.domain.groups.segments)
+    # A hold: the domain is held for a group that waits longest, from now until its room is expected at this
+    # time (unix seconds; webhook.domain.jobs.holds). None for a reservation made because the group fits now.
+    expected_start: float | None = None
 
     def expired(self, now: float, ttl: float) -> bool:
         """True when no member was placed within ``ttl`` seconds of creation or of the last placement."""

@@ -20,6 +20,10 @@ MIN_TTL = PERMIT_MAX_WAIT + PERMIT_MARGIN
 # for pods not yet created is a few members for a few seconds; half a cluster is never that, and the other
 # half stays free for everyone else.
 DEFAULT_MAX_RESERVED_SHARE = 0.5
+# Holds (webhook.domain.jobs.holds): a group waits this long before a domain is held for it, and a hold
+# lives this long unless its group starts.
+DEFAULT_HOLD_AFTER = 600.0
+DEFAULT_HOLD_TIMEOUT = 4 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,11 @@ class Policy:
     # else a share of the GPUs in NVLink domains (webhook.domain.placement.quotas).
     max_reserved_gpus: int | None = None
     max_reserved_share: float = DEFAULT_MAX_RESERVED_SHARE
+    # Holds for the groups that wait longest (webhook.domain.jobs.holds): how many groups may hold domains
+    # at once (0: no holds), after how long a wait, and for how long a hold lives unless its group starts.
+    max_holds: int = 0
+    hold_after: float = DEFAULT_HOLD_AFTER
+    hold_timeout: float = DEFAULT_HOLD_TIMEOUT
 
     @property
     def affinity_topology_key(self) -> str:
@@ -59,6 +68,8 @@ class Policy:
         """Whether ``res`` still holds its domain's capacity at ``now``: a stored reservation until no member
         was placed for ``reservation_ttl`` (``Reservation.expired``), a promise not stored yet (a choice in
         flight, a domain ledger's entry) for ``proposal_ttl`` from its choice. The one rule every verb uses."""
+        if res.expected_start is not None and res.placed_at is None:  # a hold: its own lifetime
+            return now - res.created_at <= self.hold_timeout
         if stored:
             return not res.expired(now, self.reservation_ttl)
         return now - res.created_at <= self.proposal_ttl

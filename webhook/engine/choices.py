@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from webhook.domain.inputs import live_reservations
+from webhook.domain.jobs import holds
 from webhook.domain.model import Demand, Group, Reservation, Snapshot
 from webhook.domain.placement import placement
 from webhook.domain.placement.placement import members_summary
@@ -193,6 +194,7 @@ class DomainArbiter:
         others = live_reservations(snapshot, choices.promised(now), choices.policy, now)
         others.update(promises)  # the domain's ledger as the store just read it wins over our cache
         others.pop(res.group_id, None)
+        others = dict(holds.visible(others, self.group, now))  # holds it may backfill under do not count
         _, placed, _ = members_summary(snapshot.members.get(res.group_id, ()))
         remaining = max(res.size - placed, 1) + res.spares  # the spares it holds must still fit too
         return placement.still_fits(res.domain, self.group, self.need, remaining, snapshot, others, self.allowed,

@@ -25,6 +25,7 @@ from webhook.domain.model import Node, Pod, Reservation
 from webhook.domain.views import figures, inspection
 from webhook.engine import bind as bind_verb
 from webhook.engine import filter as filter_verb
+from webhook.engine import holds as holds_verb
 from webhook.engine import housekeeping
 from webhook.engine import preempt as preempt_verb
 from webhook.engine.bind import BindOutcome
@@ -59,6 +60,11 @@ class Engine(Core):
         """Release reservations whose group ended or that expired with no member placed; with ``prune``,
         drop dead promises too."""
         return housekeeping.housekeep(self, prune)
+
+    def plan_holds(self) -> list[Reservation]:
+        """Hold domains for the groups that waited longest, at their earliest start (``webhook.engine.holds``);
+        returns the holds made."""
+        return holds_verb.plan_holds(self)
 
     # -- what the views show ----------------------------------------------------------------------------
 

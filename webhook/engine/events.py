@@ -13,7 +13,7 @@ raise: an Event is a courtesy to the operator, never a reason for the extender t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from webhook.domain.groups import grouping
 from webhook.domain.health import DomainHealth
@@ -23,6 +23,7 @@ from webhook.domain.placement.placement import members_summary
 from webhook.domain.policy import Policy
 from webhook.engine.occurrences import (
     DOMAIN_DEGRADED,
+    DOMAIN_HELD,
     DOMAIN_RECOVERED,
     DOMAIN_RESERVED,
     DOMAIN_UNHEALTHY,
@@ -91,6 +92,20 @@ class Reporter:
             self._emit(DOMAIN_RESERVED, note, pod, self._domain_of(pod, catalog, group))
         except Exception:
             log.exception("could not report the reservation of group %s", res.group_id)
+
+    def held(self, pod: Pod, group: Group, holds: Sequence[Reservation], start: float, now: float,
+             catalog: Catalog) -> None:
+        """Domains were held for ``group``, which waited longest, until its room is expected at ``start``."""
+        try:
+            where = ", ".join(sorted({r.domain for r in holds}))
+            minutes = max(round((start - now) / 60), 1)
+            note = (f"NVLink domain{'s' if len(holds) > 1 else ''} {where} held for group {group.namespace}/"
+                    f"{group.name}, which has waited longest: expected start in about {minutes} minutes, when the "
+                    "running groups' walltimes end; only groups that end before then, or fit beside it, start "
+                    "there meanwhile")
+            self._emit(DOMAIN_HELD, note, pod, self._domain_of(pod, catalog, group))
+        except Exception:
+            log.exception("could not report the hold for group %s", group.id)
 
     def no_domain(self, pod: Pod, ctx: Context, catalog: Catalog) -> None:
         """``ctx.reason`` is the very text the extender puts in the filter's FailedNodes."""

@@ -34,9 +34,11 @@ DOMAIN_UNHEALTHY = Reason("DomainUnhealthy", WARNING, "WatchDomainHealth")
 DOMAIN_RECOVERED = Reason("DomainRecovered", NORMAL, "WatchDomainHealth")
 # A replacement of a running group's member waits in the group's domain (webhook.domain.placement.repair).
 REPLACEMENT_WAITING = Reason("ReplacementWaiting", WARNING, "RepairInDomain")
+# Domains held for a group that waited longest, until its room is expected (webhook.domain.jobs.holds).
+DOMAIN_HELD = Reason("DomainHeld", NORMAL, "HoldDomain")
 REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
            FABRIC_ATTACHED, FABRIC_ATTACH_FAILED, DOMAIN_DEGRADED, DOMAIN_UNHEALTHY, DOMAIN_RECOVERED,
-           REPLACEMENT_WAITING)
+           REPLACEMENT_WAITING, DOMAIN_HELD)
 
 # Why an occurrence never became an Event (label values of imex_webhook_events_dropped_total).
 DROP_REASONS = ("queue-full", "rate-limited", "rejected", "unavailable")

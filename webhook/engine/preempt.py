@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from webhook.domain.decisions import preemption
 from webhook.domain.model import Pod, Snapshot
+from webhook.domain.placement import vacated
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
@@ -52,7 +53,7 @@ def _reserve_for_preemption(core: Core, pod: Pod, candidates: Mapping[str, Seque
     ctx = result.context
     assert ctx is not None and ctx.group is not None and ctx.reservation is not None
     res = replace(ctx.reservation, created_at=core.clock(), holder=core.holder)
-    after = preemption.without_victims(snapshot, candidates, victims, core.policy)
+    after = vacated.without_victims(snapshot, candidates, victims, core.policy)
     try:
         arbiter = DomainArbiter(core.choices, core.snapshot, res, ctx.group, ctx.demand, None, after)
         stored = core.choices.record(res, arbiter)

@@ -1,4 +1,5 @@
-"""The worker that acts on cache changes: housekeeping, then the retry of the groups we refused.
+"""The worker that acts on cache changes: housekeeping, holds (timed rounds), then the retry of the groups
+we refused.
 
 It wakes on every change of the caches and every refusal (``Engine.changes``), lets a burst of watch
 events settle for ``SETTLE`` seconds (a Job's pods are deleted together: one pass, not one per pod), and
@@ -57,6 +58,11 @@ class Upkeep:
             self._engine.housekeep(prune=prune)
         except Exception:  # keep the worker alive; the next pass retries
             log.exception("reservation housekeeping failed")
+        if prune:  # planning reads every domain's running groups: once a timed round, as Slurm's backfill does
+            try:
+                self._engine.plan_holds()
+            except Exception:
+                log.exception("planning holds failed")
         if self._requeuer is None:
             return
         try:

@@ -38,18 +38,16 @@ scheduler skips the extender and preempts anywhere, out of the domain included.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from webhook.domain.groups import grouping, segments
+from webhook.domain.groups import segments
 from webhook.domain.inputs import DecisionInputs
 from webhook.domain.jobs import resolution
 from webhook.domain.jobs.resolution import Context
-from webhook.domain.model import Pod, Snapshot
-from webhook.domain.placement import capacity, placement
-from webhook.domain.policy import Policy
+from webhook.domain.model import Pod
+from webhook.domain.placement import capacity, placement, vacated
 
 # What a /preempt decision came to, as the decisions metric and the decision log label it:
 # pass-through (not a group pod) | kept (some candidate kept) | none-kept (no candidate lies where the group
@@ -86,7 +84,7 @@ def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[
         return _none_kept(candidates, ctx, "invalid-group")
     group = ctx.group
     assert group is not None
-    after = without_victims(inputs.snapshot, candidates, victims, inputs.policy)
+    after = vacated.without_victims(inputs.snapshot, candidates, victims, inputs.policy)
     source: PreemptReasonClass
     if ctx.proposal is not None:
         source = "chosen"
@@ -121,61 +119,6 @@ def preempt(pod: Pod, candidates: Mapping[str, Sequence[str]], victims: Mapping[
         else:
             kept.append(name)
     return PreemptOutcome(tuple(kept), dropped, ctx, "kept" if kept else "none-kept", source)
-
-
-def without_victims(snapshot: Snapshot, candidates: Mapping[str, Sequence[str]], victims: Mapping[str, Pod],
-                    policy: Policy) -> Snapshot:
-    """The snapshot as it would be once every candidate's victims are gone: their GPUs free, their groups
-    and ComputeDomains off the node unless another pod of theirs stays (the driver's ComputeDomain node
-    label too), and no longer members of their groups. Only victims we know, bound to that node, count."""
-    gone: dict[str, list[Pod]] = {}
-    for name, uids in candidates.items():
-        if name not in snapshot.nodes:
-            continue
-        for uid in uids:
-            victim = victims.get(uid)
-            if victim is not None and victim.node_name == name and not victim.terminated:
-                gone.setdefault(name, []).append(victim)
-    if not gone:
-        return snapshot
-    gone_uids = {v.uid for pods in gone.values() for v in pods}
-    used = dict(snapshot.used_gpus)
-    evicted_groups: dict[str, set[str]] = defaultdict(set)
-    evicted_cds: dict[str, set[str]] = defaultdict(set)
-    for name, pods in gone.items():
-        for victim in pods:
-            need = capacity.demand(victim, snapshot.catalog, policy)
-            used[name] = used.get(name, 0) - (snapshot.nodes[name].gpus if need.whole_node else need.gpus)
-            group = grouping.resolve(victim, snapshot.catalog, policy).group
-            if group is not None:
-                evicted_groups[name].add(group.id)
-                if group.compute_domain:
-                    evicted_cds[name].add(group.compute_domain)
-        if used[name] <= 0:
-            del used[name]
-    members = {g: tuple(m for m in ms if m.pod.uid not in gone_uids) for g, ms in snapshot.members.items()}
-    staying_groups: dict[str, set[str]] = defaultdict(set)
-    staying_cds: dict[str, set[str]] = defaultdict(set)
-    for group_id, ms in members.items():
-        for m in ms:
-            if m.pod.node_name in gone and not m.pod.terminated:
-                staying_groups[m.pod.node_name].add(group_id)
-                group = grouping.resolve(m.pod, snapshot.catalog, policy).group
-                if group is not None and group.compute_domain:
-                    staying_cds[m.pod.node_name].add(group.compute_domain)
-    nodes = dict(snapshot.nodes)
-    node_groups = dict(snapshot.node_groups)
-    node_cds = dict(snapshot.node_compute_domains)
-    for name in gone:
-        left = evicted_groups[name] - staying_groups[name]
-        node_groups[name] = frozenset(snapshot.node_groups.get(name, frozenset()) - left)
-        freed = evicted_cds[name] - staying_cds[name]
-        node_cds[name] = frozenset(snapshot.node_compute_domains.get(name, frozenset()) - freed)
-        if nodes[name].compute_domain in freed:
-            # The driver takes its label off once the ComputeDomain's last pod on the node is gone.
-            nodes[name] = replace(nodes[name], compute_domain=None)
-    return replace(snapshot, nodes=nodes, used_gpus=used, node_groups=node_groups,
-                   node_compute_domains=node_cds, members={g: ms for g, ms in members.items() if ms})
 
 
 def _none_kept(candidates: Mapping[str, Sequence[str]], ctx: Context,

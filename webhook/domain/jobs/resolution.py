@@ -11,13 +11,13 @@ passes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from webhook.domain.groups import grouping, segments
 from webhook.domain.inputs import DecisionInputs
+from webhook.domain.jobs import holds, segment_plan
 from webhook.domain.jobs import segment_assignment as assignment
-from webhook.domain.jobs import segment_plan
 from webhook.domain.model import Demand, Group, GroupResolution, Pod, Reservation
 from webhook.domain.placement import capacity, placement, quotas, repair
 
@@ -53,6 +53,11 @@ def _none(resolution: GroupResolution, need: Demand, why: str, pod: Pod, later: 
 
 def _allowed(candidates: Sequence[str] | None) -> set[str] | None:
     return set(candidates) if candidates is not None else None
+
+
+def _kept_off(group: Group, inputs: DecisionInputs) -> Mapping[str, Reservation]:
+    """The promises a choice for ``group`` keeps off: every live one, but the holds it may backfill under."""
+    return holds.visible(inputs.live, group, inputs.now)
 
 
 def _pending_self(pod: Pod, group: Group, inputs: DecisionInputs) -> bool:
@@ -119,8 +124,9 @@ def resolve_segment(pod: Pod, resolution: GroupResolution, inputs: DecisionInput
             return split
     snapshot = inputs.snapshot
     pending_self = _pending_self(pod, group, inputs)
-    choice = placement.choose(group, resolution.size, need, snapshot, inputs.live, pending_self=pending_self,
-                              allowed=_allowed(candidates), health=inputs.policy.fabric_health, policy=inputs.policy)
+    choice = placement.choose(group, resolution.size, need, snapshot, _kept_off(group, inputs),
+                              pending_self=pending_self, allowed=_allowed(candidates),
+                              health=inputs.policy.fabric_health, policy=inputs.policy)
     if choice.domain is None and group.preferred and not any(  # a running job is not split afterwards
             m.pod.node_name for m in snapshot.members.get(group.id, ())):
         return _split(pod, resolution, need, inputs, candidates, choice.reason)
@@ -188,7 +194,7 @@ def _split(pod: Pod, resolution: GroupResolution, need: Demand, inputs: Decision
             return found if found is not None else why
         return "; ".join(problems) if problems else member
 
-    found = segment_plan.preferred_split(group, size, need, snapshot, inputs.live, _allowed(candidates),
+    found = segment_plan.preferred_split(group, size, need, snapshot, _kept_off(group, inputs), _allowed(candidates),
                                          inputs.policy, at, asked)
     if isinstance(found, str):
         return _none(resolution, need, f"{whole}; {PREFERRED}: {found}", pod, True)
@@ -209,7 +215,8 @@ def _plan_segments(pod: Pod, resolution: GroupResolution, need: Demand, inputs: 
     seg = group.segment
     snapshot, live = inputs.snapshot, inputs.live
     if planned is None:
-        planned = segment_plan.plan(group, need, snapshot, live, _allowed(candidates), inputs.policy)
+        planned = segment_plan.plan(group, need, snapshot, _kept_off(group, inputs), _allowed(candidates),
+                                    inputs.policy)
     if planned.domains is None:
         return _none(resolution, need, planned.reason, pod, planned.resolvable_later)
     domains = planned.domains

@@ -239,10 +239,22 @@ def pod(obj: Any, path: str = "Pod", validated: bool = True) -> Pod:
         rank=annotations.get(keys.COMPLETION_INDEX, labels.get(keys.COMPLETION_INDEX)),
         active_deadline=_int(spec.get("activeDeadlineSeconds"), f"{path}.spec.activeDeadlineSeconds") or None,
         started_at=parse_rfc3339(status["startTime"], f"{path}.status.startTime") if status.get("startTime") else None,
+        created_at=parse_rfc3339(meta["creationTimestamp"], f"{path}.metadata.creationTimestamp")
+        if meta.get("creationTimestamp") else None,
+        priority=_priority(spec.get("priority"), f"{path}.spec.priority"),
     )
     # The groups other controllers put the pod in are read from their labels before only ours are kept.
     refs = workload_refs.pod_refs(parsed.namespace, parsed.name, labels, annotations, spec, f"{path}.spec")
     return replace(parsed, workload=refs) if refs is not None else parsed
+
+
+def _priority(value: Any, path: str) -> int:
+    """A pod's priority: a 32-bit integer, negative ones included (kube-apiserver validates the range)."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) <= value < 2**31:
+        raise WireError(path, f"expected a 32-bit integer, got {shown(value)}")
+    return value
 
 
 def compute_domain(obj: Any, path: str = "computeDomain") -> ComputeDomain:

@@ -1,0 +1,185 @@
+"""Holding domains for the groups that wait longest, so that a large job is not starved by the small ones
+that keep taking the room it waits for (docs/SCHEDULER.md, "Holds and backfill").
+
+Slurm's backfill scheduler is the model: every waiting job gets a reservation at its earliest start, computed
+from the time limits of the running jobs, and a lower job starts now only if it cannot delay a reservation.
+Here:
+
+- A group that no domain can host waits in an order: pod priority first, then age (its first member's
+  creation). The first ``Policy.max_holds`` groups of that order that have waited ``Policy.hold_after``
+  seconds get a hold.
+- A hold is the group's reservation made before its room exists, with the time its room is expected
+  (``Reservation.expected_start``): the earliest moment at which the running groups of a domain, ending by
+  their walltimes (``webhook.domain.groups.walltime``), leave room for it. A group without a walltime never
+  ends for planning. Among domains with the same start (to ``RESOLUTION``), busier ones are held first, so
+  idle ones stay usable. A job in segments holds one domain per segment and starts when the last does.
+- A held reservation takes the domain's capacity as it frees, as any reservation does: nothing new starts
+  there, except a group that fits beside what the hold needs, or a backfill group whose walltime ends before
+  the hold's expected start (``visible``). A group with no walltime never backfills.
+- A hold lives ``Policy.hold_timeout`` seconds unless its group starts; a hold whose expected start passed
+  by ``LATE`` without room (a walltime proved wrong, a node failed) is given up, and its group planned again.
+  A running group past its advisory walltime is planned around as one that states none (never ended by us);
+  one past an enforced bound ends any moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from webhook.domain.groups import grouping, segments, walltime
+from webhook.domain.model import Demand, Group, Pod, Reservation, Snapshot
+from webhook.domain.placement import placement, vacated
+from webhook.domain.policy import Policy
+
+RESOLUTION = 60.0  # seconds: starts closer than this are taken as equal (Slurm's bf_resolution)
+LATE = 120.0  # seconds past its expected start after which a hold with no room is planned again
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A group no domain hosts now, as the hold order sees it."""
+
+    group: Group
+    size: int
+    need: Demand
+    priority: int
+    since: float  # its first member's creation
+    pod: Pod  # a waiting member, to resolve the group by
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where and when a waiting group starts: one domain per segment (one for a group in one domain)."""
+
+    domains: tuple[str, ...]
+    start: float
+
+
+def is_hold(res: Reservation) -> bool:
+    return res.expected_start is not None and res.placed_at is None
+
+
+def visible(live: Mapping[str, Reservation], group: Group, now: float) -> Mapping[str, Reservation]:
+    """The promises ``group`` must keep off: every one but the holds it may backfill under, those whose
+    expected start comes after the group's walltime ends."""
+    bound = group.walltime
+    if bound is None:
+        return live
+    ends = now + bound.seconds
+    skipped = [g for g, r in live.items() if is_hold(r) and r.expected_start is not None and ends <= r.expected_start
+               and segments.job_of(g) != segments.job_of(group.id)]
+    if not skipped:
+        return live
+    return {g: r for g, r in live.items() if g not in skipped}
+
+
+def waiting(snapshot: Snapshot, live: Mapping[str, Reservation], policy: Policy) -> list[Waiting]:
+    """Groups with a member waiting for a node and no live reservation (nor any segment of their job with
+    one), in hold order."""
+    held_jobs = {segments.job_of(g) for g in live}
+    found: dict[str, Waiting] = {}
+    for group_id, members in snapshot.members.items():
+        pending = [m for m in members if not m.pod.node_name and not m.pod.terminated and not m.pod.deleting
+                   and m.pod.scheduler_name == policy.scheduler_name]
+        if not pending or segments.job_of(group_id) in held_jobs:
+            continue
+        if any(m.pod.node_name and not m.pod.terminated for m in members):
+            continue  # a running group waits for replacements, in its own domain (repair)
+        first = min(pending, key=lambda m: (m.pod.created_at or 0.0, m.pod.name))
+        resolution = grouping.resolve(first.pod, snapshot.catalog, policy)
+        group = resolution.group
+        if group is None or resolution.problems or resolution.size is None:
+            continue
+        job = segments.job_of(group.id)
+        since = min((m.pod.created_at for m in pending if m.pod.created_at is not None), default=None)
+        if since is None:
+            continue
+        entry = Waiting(group, resolution.size, first.demand, max(m.pod.priority for m in pending), since, first.pod)
+        held = found.get(job)
+        if held is None or (entry.since, entry.group.id) < (held.since, held.group.id):
+            found[job] = entry  # a job in segments waits once, as its earliest segment
+    return sorted(found.values(), key=lambda w: (-w.priority, w.since, w.group.id))
+
+
+def due(order: Iterable[Waiting], held: int, now: float, policy: Policy) -> list[Waiting]:
+    """The groups of ``order`` to plan a hold for now: those among the first ``max_holds`` (less the holds
+    already made) that have waited ``hold_after``."""
+    room = max(policy.max_holds - held, 0)
+    return [w for w in list(order)[:room] if now - w.since >= policy.hold_after]
+
+
+def _endings(domain: str, snapshot: Snapshot, policy: Policy, now: float) -> list[tuple[float, list[Pod]]]:
+    """The running groups with members in ``domain`` that state a walltime: when each ends, with its pods."""
+    names = set(snapshot.domains.get(domain, ()))
+    out: list[tuple[float, list[Pod]]] = []
+    for members in snapshot.members.values():
+        running = [m for m in members if m.pod.node_name and not m.pod.terminated]
+        if not running or not any(m.pod.node_name in names for m in running):
+            continue
+        group = grouping.resolve(running[0].pod, snapshot.catalog, policy).group
+        bound = group.walltime if group else None
+        end = walltime.expected_end(bound, running)
+        if end is None or bound is None:
+            continue
+        if end < now and not bound.enforced:
+            continue  # ran past what its owner stated: planned around, as a group that states nothing
+        out.append((max(end, now), [m.pod for m in running]))  # past an enforced bound: it ends any moment
+    return sorted(out, key=lambda e: e[0])
+
+
+def earliest_start(domain: str, group: Group, need: Demand, pods: int, snapshot: Snapshot,
+                   others: Mapping[str, Reservation], policy: Policy, now: float) -> float | None:
+    """When ``domain`` can host ``pods`` members of ``group``: now, or the end of the running group after
+    which it can, or None when the walltimes stated never leave room."""
+    gone: dict[str, Pod] = {}
+    for when, ending in [(now, []), *_endings(domain, snapshot, policy, now)]:
+        gone.update((p.uid, p) for p in ending)
+        by_node: dict[str, list[str]] = {}
+        for pod in gone.values():
+            by_node.setdefault(pod.node_name or "", []).append(pod.uid)
+        after = vacated.without_victims(snapshot, by_node, gone, policy) if gone else snapshot
+        if placement.offer(domain, group, need, pods, after, placement.holds(after, others, group.id)).pods >= pods:
+            return when
+    return None
+
+
+def plan(entry: Waiting, snapshot: Snapshot, others: Mapping[str, Reservation], policy: Policy,
+         now: float) -> Plan | None:
+    """The domains to hold for ``entry`` and when it starts there; None when no walltime stated makes room."""
+    group, need = entry.group, entry.need
+    seg = group.segment
+    count, per = (seg.count, seg.size) if seg is not None else (1, entry.size)
+    held_domains = {r.domain for r in others.values() if is_hold(r)}  # one hold per domain
+    starts = []
+    for domain in sorted(snapshot.domains):
+        if domain in held_domains:
+            continue
+        start = earliest_start(domain, group, need, per, snapshot, others, policy, now)
+        if start is not None:
+            busy = sum(snapshot.used_gpus.get(n, 0) for n in snapshot.domains[domain])
+            starts.append((round(start / RESOLUTION), -busy, domain, start))
+    if len(starts) < count:
+        return None
+    chosen = sorted(starts)[:count]
+    return Plan(tuple(d for _, _, d, _ in chosen), max(s for _, _, _, s in chosen))
+
+
+def holds_for(entry: Waiting, planned: Plan, now: float, holder: str) -> list[Reservation]:
+    """The reservations that record ``planned``: one per segment of a job in segments, in segment order."""
+    group, need = entry.group, entry.need
+    seg = group.segment
+    members = [segments.sibling(group, seg, i) for i in range(seg.count)] if seg is not None else [group]
+    out = []
+    for member, domain in zip(members, planned.domains, strict=True):
+        size = member.segment.pods() if member.segment is not None else entry.size
+        out.append(Reservation(group_id=member.id, group_name=member.name, namespace=member.namespace,
+                               domain=domain, size=size, gpus_per_pod=need.gpus,
+                               one_pod_per_node=member.one_pod_per_node, created_at=now, holder=holder,
+                               spares=0, segment=member.segment, expected_start=planned.start))
+    return out
+
+
+def overdue(res: Reservation, now: float) -> bool:
+    """A hold whose expected start passed by ``LATE`` without its group starting: planned again."""
+    return is_hold(res) and res.expected_start is not None and now - res.expected_start > LATE

@@ -1,0 +1,98 @@
+"""Holds, made and given up (``webhook.domain.jobs.holds`` decides; this records): after each round of
+housekeeping the groups that waited longest get their domains held at their earliest start, through the
+same store and arbiter protocol as any choice, so two replicas hold the same domains or one withdraws.
+
+A hold's group binds into its domain as a reserved group does: its pods are refused while the room is not
+there, and the retry of refused groups (``webhook.engine.requeue``) hands them back to the scheduler once it
+is. A hold whose expected start passed without room is released here and planned again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from webhook.domain.groups import segments
+from webhook.domain.jobs import holds
+from webhook.domain.model import Reservation
+from webhook.engine.choices import Choices
+from webhook.engine.core import Core
+from webhook.engine.decision_log import decision_log, log
+from webhook.errors import DecisionError, DomainFull, StoreConflict
+
+
+@dataclass(frozen=True, slots=True)
+class HoldArbiter:
+    """The ``Arbiter`` of a hold: a domain is held for one group at a time. Its capacity is not there yet, by
+    definition; what the hold takes as it frees is counted like any promise's."""
+
+    choices: Choices
+    proposal: Reservation
+
+    def live(self, promise: Reservation) -> bool:
+        return self.choices.live(promise, self.choices.clock())
+
+    def fits(self, promises: Mapping[str, Reservation]) -> bool:
+        job = segments.job_of(self.proposal.group_id)
+        return not any(holds.is_hold(p) and segments.job_of(g) != job and self.live(p) for g, p in promises.items())
+
+
+def plan_holds(core: Core) -> list[Reservation]:
+    """Give up the holds past due, then hold domains for the groups due one; returns the holds made."""
+    policy = core.policy
+    if policy.max_holds <= 0 or core.loading() is not None:
+        return []
+    inputs = core.decision_inputs()
+    for group_id, res in sorted(inputs.snapshot.reservations.items()):
+        if holds.overdue(res, inputs.now) and policy.live(res, inputs.now, stored=True):
+            _give_up(core, group_id, res)
+    inputs = core.decision_inputs()
+    now, snapshot, live = inputs.now, inputs.snapshot, dict(inputs.live)
+    held = len({segments.job_of(g) for g, r in live.items() if holds.is_hold(r)})
+    made: list[Reservation] = []
+    for entry in holds.due(holds.waiting(snapshot, live, policy), held, now, policy):
+        planned = holds.plan(entry, snapshot, live, policy, now)
+        if planned is None or planned.start <= now:
+            continue  # no walltime makes room, or room is there: the scheduler places it on its next try
+        recorded = _record(core, holds.holds_for(entry, planned, now, core.holder))
+        if recorded:
+            made.extend(recorded)
+            live.update((r.group_id, r) for r in recorded)
+            core.report.held(entry.pod, entry.group, recorded, planned.start, now, snapshot.catalog)
+    return made
+
+
+def _record(core: Core, wanted: list[Reservation]) -> list[Reservation]:
+    """Store every hold of one plan, or none: a segment that cannot be held withdraws those stored before it."""
+    stored: list[Reservation] = []
+    try:
+        for res in wanted:
+            with core.choices.hold():
+                core.choices.fly(res)
+            kept = core.choices.store(res, HoldArbiter(core.choices, res))
+            if kept.domain != res.domain or kept.expected_start is None:  # reserved by a filter meanwhile
+                raise StoreConflict(f"group {res.namespace}/{res.group_name} was reserved in domain {kept.domain} "
+                                    "meanwhile")
+            stored.append(kept)
+    except (DomainFull, DecisionError, StoreConflict) as exc:
+        log.info("no hold for %s now: %s", wanted[0].group_name, exc)
+        for res in stored:
+            _release(core, res.group_id)
+        return []
+    for res in stored:
+        decision_log("hold", res.group_id, domain=res.domain, reason=f"expected start {res.expected_start:.0f}")
+    return stored
+
+
+def _give_up(core: Core, group_id: str, res: Reservation) -> None:
+    if _release(core, group_id):
+        decision_log("release", group_id, domain=res.domain, reason="hold past its expected start without room")
+
+
+def _release(core: Core, group_id: str) -> bool:
+    try:
+        core.reservations.release(group_id)
+    except StoreConflict as exc:
+        log.info("hold %s changed while releasing it (%s); checked again next round", group_id, exc)
+        return False
+    return True
