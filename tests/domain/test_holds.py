@@ -13,6 +13,7 @@ import pytest
 
 from tests import builders
 from webhook.domain import keys
+from webhook.domain.decisions import filtering
 from webhook.domain.inputs import DecisionInputs
 from webhook.domain.jobs import holds, resolution
 from webhook.domain.model import Reservation, Snapshot
@@ -165,3 +166,15 @@ def test_a_hold_lives_its_own_timeout_and_is_overdue_once_its_start_passed_witho
     assert not holds.overdue(HELD, NOW + 3600 + holds.LATE - 1) and holds.overdue(HELD, NOW + 3600 + holds.LATE + 1)
     placed = replace(HELD, placed_at=NOW + 3600)
     assert not holds.is_hold(placed) and not holds.overdue(placed, NOW + 99_999)
+
+
+@pytest.mark.parametrize(("runtime", "kept_out"), [(None, True), ("2h", True), ("20m", False)],
+                         ids=["no walltime", "ends after the hold starts", "ends before the hold starts"])
+def test_a_gpu_pod_outside_any_group_stays_out_of_a_held_domain_unless_it_ends_before_the_hold_starts(
+        runtime: str | None, kept_out: bool) -> None:
+    pod = builders.pod("notebook", gpus=1, annotations={keys.MAX_RUNTIME_ANNOTATION: runtime} if runtime else None)
+    snap = builders.snapshot([*builders.rack("a", A, 2), *builders.rack("b", B, 2)], {HELD.group_id: HELD})
+    out = filtering.filter_nodes(parsing.pod(pod), sorted(snap.nodes), DecisionInputs(snap, POLICY, NOW))
+    assert ("a-00" not in out.passed) is kept_out and {"b-00", "b-01"} <= set(out.passed)
+    if kept_out:
+        assert "is held for group ml/big" in out.failed["a-00"]

@@ -152,3 +152,31 @@ def test_threads_racing_to_plan_hold_each_domain_once() -> None:
         t.join(60)
     held = [r for r in engine.reservations.all().values() if holds.is_hold(r)]
     assert len(held) == 1 and sum(made) >= 1
+
+
+def test_a_held_group_whose_room_is_there_earlier_elsewhere_lets_its_hold_go_and_starts_there() -> None:
+    big = _group("big", 4, created=T0)
+    engine, backend, _, _ = _cluster(big)
+    (hold,) = engine.plan_holds()
+    assert hold.domain == A
+    _delete(backend, _group("endless", 4, nodes=["b-00", "b-01", "b-02", "b-03"]))  # rack b is free now
+    assert engine.plan_holds() == []
+    assert hold.group_id not in engine.reservations.all(), "let go: its room is there now, in rack b"
+    result = engine.filter(_pod(big, "big-0"), sorted(engine.snapshot().nodes))
+    assert result.context is not None and result.context.domain == B and result.passed
+
+
+def test_the_pods_of_a_job_held_in_segments_start_together_once_every_held_domain_has_room() -> None:
+    wide = _group("wide", 4, created=T0, segment=2)
+    engine, backend, clock, _ = _cluster(wide, b_runtime="3h")
+    held = engine.plan_holds()
+    assert {r.domain for r in held} == {A, B} and {r.expected_start for r in held} == {T0 + 3 * 3600}
+    _delete(backend, _group("short", 2, runtime="30m", nodes=["a-00", "a-01"]))
+    _delete(backend, _group("long", 2, runtime="1h", nodes=["a-02", "a-03"]))
+    clock.now = T0 + 3600  # rack a is free, rack b runs on
+    nodes = sorted(engine.snapshot().nodes)
+    waiting = engine.filter(_pod(wide, "wide-0"), nodes)
+    assert not waiting.passed and waiting.outcome == "no-fit"
+    assert "its pods start together once every held domain has room" in next(iter(waiting.failed.values()))
+    _delete(backend, _group("endless", 4, runtime="3h", nodes=["b-00", "b-01", "b-02", "b-03"]))
+    assert engine.filter(_pod(wide, "wide-0"), nodes).passed

@@ -104,13 +104,14 @@ def put_pod(store: ClusterStore, pod: Pod) -> None:
     store.modify("Pod", pod.key, newer)
 
 
-def bind_locally(store: ClusterStore, namespace: str, name: str, node: str) -> Pod:
-    """Record a binding as the API server would (set spec.nodeName)."""
+def bind_locally(store: ClusterStore, namespace: str, name: str, node: str, started_at: float | None = None) -> Pod:
+    """Record a binding as the API server would (set spec.nodeName); ``started_at``: when the pod starts
+    running there (its status.startTime), which a cluster without kubelets takes to be the binding's time."""
 
     def bound(current: Pod | None) -> Pod:
         if current is None:
             raise KeyError(f"{namespace}/{name}")
-        return replace(current, node_name=node)
+        return replace(current, node_name=node, started_at=started_at if started_at is not None else current.started_at)
 
     pod = store.modify("Pod", (namespace, name), bound)
     assert pod is not None
@@ -129,8 +130,9 @@ def label_locally(store: ClusterStore, pod: Pod, index: int) -> None:
 
 
 class EmbeddedBinder:
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.clock = clock
 
     def read_pod(self, namespace: str, name: str) -> Pod | None:
         return self.store.pod(namespace, name)
@@ -141,7 +143,7 @@ class EmbeddedBinder:
             raise DecisionError(f"pod {pod.ref} not found: it was deleted before it could be bound")
         if current.node_name and current.node_name != node:
             raise DecisionError(f'pod {pod.name} is already assigned to node "{current.node_name}"')
-        bind_locally(self.store, pod.namespace, pod.name, node)
+        bind_locally(self.store, pod.namespace, pod.name, node, self.clock())
 
     def label_segment(self, pod: Pod, index: int) -> None:
         label_locally(self.store, pod, index)

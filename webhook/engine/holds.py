@@ -46,6 +46,7 @@ def plan_holds(core: Core) -> list[Reservation]:
     for group_id, res in sorted(inputs.snapshot.reservations.items()):
         if holds.overdue(res, inputs.now) and policy.live(res, inputs.now, stored=True):
             _give_up(core, group_id, res)
+    _move_earlier(core)
     inputs = core.decision_inputs()
     now, snapshot, live = inputs.now, inputs.snapshot, dict(inputs.live)
     held = len({segments.job_of(g) for g, r in live.items() if holds.is_hold(r)})
@@ -60,6 +61,23 @@ def plan_holds(core: Core) -> list[Reservation]:
             live.update((r.group_id, r) for r in recorded)
             core.report.held(entry.pod, entry.group, recorded, planned.start, now, snapshot.catalog)
     return made
+
+
+def _move_earlier(core: Core) -> None:
+    """Plan every held group again; one whose room now comes earlier by ``holds.RESOLUTION`` elsewhere (or
+    is there now) lets its holds go, and is held again on this round where it starts earliest."""
+    inputs = core.decision_inputs()
+    for entry, current in holds.held_waiting(inputs.snapshot, inputs.live, core.policy):
+        ids = {r.group_id for r in current}
+        others = {g: r for g, r in inputs.live.items() if g not in ids}
+        planned = holds.plan(entry, inputs.snapshot, others, core.policy, inputs.now)
+        start = max(r.expected_start or 0.0 for r in current)
+        if planned is None or planned.start > start - holds.RESOLUTION:
+            continue
+        for res in current:
+            if _release(core, res.group_id):
+                decision_log("release", res.group_id, domain=res.domain,
+                             reason=f"room for the held group comes earlier ({planned.start:.0f})")
 
 
 def _record(core: Core, wanted: list[Reservation]) -> list[Reservation]:

@@ -34,7 +34,7 @@ SIMULATE_BOUNDS: Bounds = {"--cliques": (1, 20_000), "--jobs": (1, 10_000_000), 
                            "--stuck-timeout": (1, 365 * 86400), "--node-failures": (0, 100),
                            "--repair-hours": (0.01, 8760), "--fabric-degradations": (0, 100),
                            "--degraded-hours": (0.01, 8760), "--degraded-loss": (0, 1), "--exclusive-share": (0, 1),
-                           "--multi-rack-load": (0, 1)}
+                           "--multi-rack-load": (0, 1), "--walltime-share": (0, 1)}
 WORKERS_MAX = 256
 SOAK_BOUNDS: Bounds = {"--minutes": (0.01, 24 * 60), "--interval": (0.1, 3600), "--rss-growth-mib": (0.1, 1 << 20)}
 
@@ -110,6 +110,10 @@ def add_simulate_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPU load offered by ComputeDomain jobs of 2-4 racks (segment-size = a rack's trays), as a "
                         "fraction of the clique GPUs, on top of --load, on an arrival stream of their own; needs "
                         "--cliques 2 or more (default %(default)s)")
+    p.add_argument("--walltime-share", type=float, default=d.walltime_share, metavar="F",
+                   help="share of jobs that state a walltime (imex-webhook.io/max-runtime: the runtime times 1.2 to 3, "
+                        "drawn from the seed on a stream of their own); the service holds domains for the groups "
+                        "that wait longest and backfills by it (default %(default)s)")
     p.add_argument("--policies", default=",".join(workload.DEFAULT_POLICIES),
                    help=f"comma-separated, from {', '.join(workload.POLICIES)} (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -151,7 +155,7 @@ def run_simulate(ns: argparse.Namespace) -> int:
                              node_failures=ns.node_failures, repair_hours=ns.repair_hours,
                              fabric_degradations=ns.fabric_degradations, degraded_hours=ns.degraded_hours,
                              degraded_loss=ns.degraded_loss, exclusive_share=ns.exclusive_share,
-                             multi_rack_load=ns.multi_rack_load)
+                             multi_rack_load=ns.multi_rack_load, walltime_share=ns.walltime_share)
     if seeds:
         combined = seed_runs.run(params, seeds, policies, ns.out, plots=not ns.no_plots, workers=ns.workers)
         print(seed_runs.markdown(combined), end="")

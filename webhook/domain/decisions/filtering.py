@@ -15,7 +15,7 @@ from typing import Literal
 from webhook.domain import health
 from webhook.domain.groups import grouping, segments
 from webhook.domain.inputs import DecisionInputs
-from webhook.domain.jobs import resolution
+from webhook.domain.jobs import holds, resolution
 from webhook.domain.jobs.resolution import Context
 from webhook.domain.model import Group, Node, Pod, Snapshot
 from webhook.domain.placement import candidates as candidates_
@@ -59,13 +59,15 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], inputs: DecisionInputs,
             # group. An Error makes the scheduler retry after its backoff, by when the cache has it.
             raise DecisionError(f"pod {pod.ref} uses {', '.join(pending)}, which imex-webhook's cache does not "
                                 "have yet; its group is resolved once it does (the scheduler retries)")
-        return _outside_groups(pod, candidates, nodes, snapshot)
+        return _outside_groups(pod, candidates, nodes, snapshot, holds.kept_from(pod, inputs))
     if ctx.resolution.problems:
         return _all_fail(candidates, ctx, "invalid-group", "invalid-group", unresolvable=True)
     group = ctx.group
     assert group is not None
     if ctx.domain is None:
         return _all_fail(candidates, ctx, "no-domain", "no-domain", unresolvable=not ctx.resolvable_later)
+    if ctx.waiting:  # a held domain whose room is not all there: the group's pods start together
+        return _all_fail(candidates, ctx, "no-fit", "no-fit", unresolvable=False)
 
     domain = ctx.domain
     why = candidates_.Reasons.of(domain, group, policy)
@@ -96,9 +98,10 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], inputs: DecisionInputs,
 
 
 def _outside_groups(pod: Pod, candidates: Sequence[str], nodes: Mapping[str, Node],
-                    snapshot: Snapshot) -> FilterOutcome:
-    """A pod in no group passes every node with room for its device-plugin GPUs (``plain_pods.short``); a node
-    the cache does not know yet is left to kube-scheduler's own filters."""
+                    snapshot: Snapshot, held: Mapping[str, str]) -> FilterOutcome:
+    """A pod in no group passes every node with room for its device-plugin GPUs (``plain_pods.short``) outside
+    the domains held for a waiting group it may not backfill under (``held``: domain -> why); a node the cache
+    does not know yet is left to kube-scheduler's own filters."""
     if not plain_pods.asks_gpus(pod):
         return FilterOutcome(passed=tuple(candidates))
     passed: list[str] = []
@@ -108,6 +111,8 @@ def _outside_groups(pod: Pod, candidates: Sequence[str], nodes: Mapping[str, Nod
         node = nodes.get(name)
         if node is not None and (never := plain_pods.never(pod, node)) is not None:
             unresolvable[name] = never
+        elif node is not None and node.domain is not None and node.domain in held:
+            failed[name] = held[node.domain]
         elif node is None or (why := plain_pods.short(pod, node, snapshot)) is None:
             passed.append(name)
         else:

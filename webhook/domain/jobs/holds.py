@@ -16,6 +16,8 @@ Here:
 - A held reservation takes the domain's capacity as it frees, as any reservation does: nothing new starts
   there, except a group that fits beside what the hold needs, or a backfill group whose walltime ends before
   the hold's expected start (``visible``). A group with no walltime never backfills.
+- Every round plans the held groups again: a group whose room comes earlier elsewhere (by ``RESOLUTION``;
+  running groups ended before their walltimes) moves there, and one whose room is there now is let go.
 - A hold lives ``Policy.hold_timeout`` seconds unless its group starts; a hold whose expected start passed
   by ``LATE`` without room (a walltime proved wrong, a node failed) is given up, and its group planned again.
   A running group past its advisory walltime is planned around as one that states none (never ended by us);
@@ -28,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from webhook.domain.groups import grouping, segments, walltime
+from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Demand, Group, Pod, Reservation, Snapshot
 from webhook.domain.placement import placement, vacated
 from webhook.domain.policy import Policy
@@ -100,6 +103,24 @@ def waiting(snapshot: Snapshot, live: Mapping[str, Reservation], policy: Policy)
         if held is None or (entry.since, entry.group.id) < (held.since, held.group.id):
             found[job] = entry  # a job in segments waits once, as its earliest segment
     return sorted(found.values(), key=lambda w: (-w.priority, w.since, w.group.id))
+
+
+def held_waiting(snapshot: Snapshot, live: Mapping[str, Reservation],
+                 policy: Policy) -> list[tuple[Waiting, list[Reservation]]]:
+    """The jobs with holds whose members all still wait, each as the wait order sees it and with its holds:
+    what is planned again on every round, as Slurm plans its reservations again on every backfill cycle."""
+    by_job: dict[str, list[Reservation]] = {}
+    for group_id, res in sorted(live.items()):
+        if is_hold(res):
+            by_job.setdefault(segments.job_of(group_id), []).append(res)
+    out = []
+    for job, held in sorted(by_job.items()):
+        ids = {r.group_id for r in held}
+        entry = next((w for w in waiting(snapshot, {g: r for g, r in live.items() if g not in ids}, policy)
+                      if segments.job_of(w.group.id) == job), None)
+        if entry is not None:
+            out.append((entry, held))
+    return out
 
 
 def due(order: Iterable[Waiting], held: int, now: float, policy: Policy) -> list[Waiting]:
@@ -178,6 +199,45 @@ def holds_for(entry: Waiting, planned: Plan, now: float, holder: str) -> list[Re
                                one_pod_per_node=member.one_pod_per_node, created_at=now, holder=holder,
                                spares=0, segment=member.segment, expected_start=planned.start))
     return out
+
+
+def not_ready(res: Reservation, group: Group, need: Demand, snapshot: Snapshot,
+              live: Mapping[str, Reservation]) -> str | None:
+    """Why the pods of a held group wait (None: the room of every hold of its job is there). A hold admits
+    its pods only all at once: members that start where their room is, one at a time, would hold nodes
+    while the rest wait (and a job in segments would run in some domains only)."""
+    job = segments.job_of(res.group_id)
+    for group_id, held in sorted(live.items()):
+        if not is_hold(held) or segments.job_of(group_id) != job:
+            continue
+        member = group
+        if group_id != group.id:
+            if group.segment is None or held.segment is None:
+                continue
+            member = segments.sibling(group, group.segment, held.segment.index)
+        _, placed, _ = placement.members_summary(snapshot.members.get(group_id, ()))
+        remaining = held.size - placed
+        others = {g: r for g, r in live.items() if g != group_id}
+        if remaining > 0 and not placement.still_fits(held.domain, member, need, remaining, snapshot, others):
+            return (f"domain {held.domain} is held for group {held.namespace}/{held.group_name}, expected to have "
+                    f"room for its {held.size} pods at {held.expected_start:.0f}; its pods start together once "
+                    "every held domain has room")
+    return None
+
+
+def kept_from(pod: Pod, inputs: DecisionInputs) -> dict[str, str]:
+    """The held domains a pod outside any group stays out of (domain -> why): all of them, but those whose
+    hold starts after the pod's walltime ends. Only pods the extender filters see it (plain GPU pods are sent
+    to it with ``--pack-plain-gpu-pods``); kube-scheduler's default profile never asks."""
+    found = [r for r in inputs.live.values() if is_hold(r) and r.expected_start is not None]
+    if not found:
+        return {}
+    bound, _ = walltime.requested(pod, inputs.snapshot.catalog, None)
+    ends = inputs.now + bound.seconds if bound is not None else None
+    return {r.domain: (f"domain {r.domain} is held for group {r.namespace}/{r.group_name} from now until about "
+                       f"{r.expected_start:.0f}; a pod outside any group goes there only if it states a walltime "
+                       "that ends before then (imex-webhook.io/max-runtime)")
+            for r in found if ends is None or ends > (r.expected_start or 0.0)}
 
 
 def overdue(res: Reservation, now: float) -> bool:

@@ -41,6 +41,9 @@ class Context:
     # A member without a rank given its segment by this decision: the engine writes the segment label on the
     # pod before it passes (webhook.domain.jobs.segment_assignment).
     gives_segment: bool = False
+    # The group's domain is held for it, and the room of the whole hold (every segment's) is not there yet:
+    # its pods wait, none starts alone (webhook.domain.jobs.holds).
+    waiting: bool = False
 
     @property
     def group(self) -> Group | None:
@@ -112,6 +115,10 @@ def resolve_segment(pod: Pod, resolution: GroupResolution, inputs: DecisionInput
         why = (f"group {group.id} is reserved for namespace {existing.namespace}; a pod of namespace "
                f"{group.namespace} does not join it")
         return _none(replace(resolution, problems=(why,)), need, why, pod)
+    if existing is not None and holds.is_hold(existing):
+        held_back = holds.not_ready(existing, group, need, inputs.snapshot, inputs.live)
+        if held_back is not None:
+            return Context(resolution, need, existing.domain, existing, None, held_back, True, pod.uid, waiting=True)
     if existing is not None:
         origin = "reserved" if existing.version else "proposed"
         return Context(resolution, need, existing.domain, existing, None,

@@ -195,7 +195,9 @@ def job_objects(job: Job, pack_plain: bool = False) -> list[dict[str, Any]]:
     An exclusive job's ComputeDomain carries ``imex-webhook.io/exclusive-domain: "true"``, where
     docs/SCHEDULER.md says to put it (it counts from the group's first filter); a multi-rack job's carries
     ``imex-webhook.io/segment-size``, and its pods their Job completion index (annotation and label, as the
-    Job controller writes them on an Indexed Job's pods); the others carry nothing."""
+    Job controller writes them on an Indexed Job's pods); a job that states a walltime carries
+    ``imex-webhook.io/max-runtime`` on its ComputeDomain, or on its pods when it has none; the others carry
+    nothing."""
     from webhook.demo import cluster as demo
     from webhook.domain.policy import Policy
 
@@ -205,16 +207,23 @@ def job_objects(job: Job, pack_plain: bool = False) -> list[dict[str, Any]]:
         cd, rct = demo.compute_domain(job.name, job.pods), demo.channel_template(job.name)
         for obj in (cd, rct):
             obj["metadata"]["namespace"] = ns
+        stated: dict[str, str] = {}
         if job.exclusive:
-            cd["metadata"]["annotations"] = {keys.EXCLUSIVE_ANNOTATION: "true"}
+            stated[keys.EXCLUSIVE_ANNOTATION] = "true"
         if job.segment_size is not None:
-            cd["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(job.segment_size)}
+            stated[keys.SEGMENT_SIZE_ANNOTATION] = str(job.segment_size)
+        if job.walltime is not None:
+            stated[keys.MAX_RUNTIME_ANNOTATION] = f"{job.walltime:.0f}s"
+        if stated:
+            cd["metadata"]["annotations"] = stated
         out += [cd, rct]
     for i in range(job.pods):
         annotations = {keys.GROUP_ANNOTATION: job.name, keys.GROUP_SIZE_ANNOTATION: str(job.pods)} \
             if job.kind == "fabric" else None
         if job.segment_size is not None:
             annotations = {keys.COMPLETION_INDEX: str(i)}
+        if job.walltime is not None and job.kind != "nvlink":  # a ComputeDomain job states it on its domain
+            annotations = {**(annotations or {}), keys.MAX_RUNTIME_ANNOTATION: f"{job.walltime:.0f}s"}
         pod = demo.pod(f"{job.name}-{i}", job.name if job.kind == "nvlink" else None, job.gpus,
                        annotations=annotations, namespace=ns)
         if job.segment_size is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.adapters.embedded import bind_locally, label_locally
@@ -50,6 +51,19 @@ from webhook.state.cluster import ClusterStore
 from webhook.tools.simulate import cycle, racks
 from webhook.tools.simulate.cluster import SimCluster, job_objects
 from webhook.tools.simulate.workload import Job
+from webhook.wire.timestamps import rfc3339
+
+
+@dataclass(frozen=True)
+class Holds:
+    """The hold knobs ``imex-webhook`` runs with (docs/SCHEDULER.md, "Holds and backfill")."""
+
+    max_holds: int = 2
+    hold_after: float = 600.0
+    hold_timeout: float = 4 * 3600.0
+
+
+HOLDS = Holds()
 
 
 class Placer(Protocol):
@@ -69,6 +83,10 @@ class Placer(Protocol):
 
     def nodes_changed(self, nodes: list[int], now: float) -> None:
         """The nodes' health changed (failed, repaired, fabric degraded or healthy again)."""
+
+    def promised(self, job: Job) -> bool:
+        """Whether room is promised to the job (a reservation or a hold): then it may fit where a smaller job of
+        its shape did not, and a scheduling pass tries it whatever failed before it."""
 
 
 def _group(job: Job) -> str | None:
@@ -107,6 +125,9 @@ class DefaultPolicy:
 
     def nodes_changed(self, nodes: list[int], now: float) -> None:
         pass  # the cluster's ``down`` is all it reads of health
+
+    def promised(self, job: Job) -> bool:
+        return False
 
 
 class AffinityPolicy(DefaultPolicy):
@@ -219,7 +240,7 @@ class _SimBinder:
         job, index = p.pending_pod
         attached = p.attached_now
         p.cluster.bind((job.index, index), p.node_index[node], job.gpus, _group(job), attached)
-        bind_locally(p.store, pod.namespace, pod.name, node)
+        bind_locally(p.store, pod.namespace, pod.name, node, p.now)
 
     def label_segment(self, pod: Pod, index: int) -> None:
         label_locally(self.policy.store, pod, index)
@@ -248,7 +269,8 @@ class ImexPolicy:
         self.pack_plain = pack_plain
         self.now = 0.0
         policy = EnginePolicy(fabric_health=health, exclusive_domains=exclusive_domains,
-                              pack_plain_gpu_pods=pack_plain)
+                              pack_plain_gpu_pods=pack_plain, max_holds=HOLDS.max_holds, hold_after=HOLDS.hold_after,
+                              hold_timeout=HOLDS.hold_timeout)
         self.store = ClusterStore(policy)
         self.node_index = cluster.index
         nodes = [cluster.node_object(n) for n in range(len(cluster.names))]
@@ -266,6 +288,7 @@ class ImexPolicy:
         self.pods: dict[tuple[int, int], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self.pending_pod: tuple[Job, int] = (Job(-1, "", "plain", 0, 0, 0.0, 0.0), 0)
         self.attached_now = 0
+        self.holds_made = 0  # reservations made as holds (a job in segments makes one per segment)
 
     def refresh_nodes(self, nodes: list[int]) -> None:
         for n in sorted(set(nodes)):
@@ -279,6 +302,7 @@ class ImexPolicy:
         objects = job_objects(job, self.pack_plain)
         templates = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
         for obj in objects:
+            obj["metadata"]["creationTimestamp"] = rfc3339(now, "s")  # the wait order's age
             self.store.apply(obj["kind"], "ADDED", obj)
         pods = [o for o in objects if o["kind"] == "Pod"]
         for i, pod in enumerate(pods):
@@ -289,7 +313,7 @@ class ImexPolicy:
         binding, and the service's cache sees it through its watch."""
         job, index = self.pending_pod
         self.cluster.bind((job.index, index), self.node_index[node], job.gpus, _group(job))
-        bind_locally(self.store, pod.namespace, pod.name, node)
+        bind_locally(self.store, pod.namespace, pod.name, node, self.now)
 
     def place(self, job: Job, pod: int, now: float) -> int | None:
         self.now = now
@@ -310,13 +334,19 @@ class ImexPolicy:
             self.refresh_nodes([n for n in touched if self.cluster.zones[n]])
 
     def tick(self, now: float) -> bool:
+        """The upkeep worker's round: housekeeping, then holds for the groups that waited longest."""
         self.now = now
-        return bool(self.engine.housekeep())
+        released = bool(self.engine.housekeep())
+        self.holds_made += len(self.engine.plan_holds())
+        return released
 
     def nodes_changed(self, nodes: list[int], now: float) -> None:
         """The Node objects change as the API server would show them; the watch brings them to the cache."""
         self.now = now
         self.refresh_nodes(nodes)
+
+    def promised(self, job: Job) -> bool:
+        return any(r.namespace == job.name for r in self.engine.reservations.all().values())  # its own namespace
 
 
 # The service under each setting compared: the policy name -> (--fabric-health-policy, --exclusive-domains,

@@ -197,7 +197,8 @@ class Simulation:
             if not everyone and index not in fresh:
                 continue
             shape = job.kind if job.segment_size is None else f"{job.kind}/segments of {job.segment_size}"
-            if st.placed_count == 0 and any(g <= job.gpus and n <= job.pods for g, n in failed[shape]):
+            if st.placed_count == 0 and any(g <= job.gpus and n <= job.pods for g, n in failed[shape]) \
+                    and not self.placer.promised(job):
                 continue
             for pod, node in enumerate(st.placed):
                 if node is not None:

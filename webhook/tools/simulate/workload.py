@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # imex-webhook-refuse and imex-webhook-allow: the service with --fabric-health-policy refuse or allow
 # (imex-webhook: avoid, the default); imex-webhook-exclusive: with --exclusive-domains; imex-webhook-pack:
@@ -98,12 +98,19 @@ class Params:
     # Offered GPU load of the multi-rack jobs (``multi_rack_jobs``), a fraction of the clique GPUs, on top of
     # ``load``.
     multi_rack_load: float = 0.0
+    # Jobs that state a walltime (``with_walltimes``): the share of jobs, each bound its runtime times a factor
+    # drawn between WALLTIME_FACTORS (users overestimate), on a stream of their own.
+    walltime_share: float = 0.0
 
     def __post_init__(self) -> None:
         share = self.exclusive_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
             raise ValueError(f"exclusive_share {share!r}: expected a number in [0, 1] (the share of ComputeDomain "
                              "jobs that ask for an NVLink domain of their own)")
+        stated = self.walltime_share
+        if isinstance(stated, bool) or not isinstance(stated, int | float) or not 0.0 <= stated <= 1.0:
+            raise ValueError(f"walltime_share {stated!r}: expected a number in [0, 1] (the share of jobs that state "
+                             "a walltime)")
         extra = self.multi_rack_load
         if isinstance(extra, bool) or not isinstance(extra, int | float) or not 0.0 <= extra <= 1.0:
             raise ValueError(f"multi_rack_load {extra!r}: expected a number in [0, 1] (the GPU load the multi-rack "
@@ -138,6 +145,7 @@ class Job:
     runtime: float  # seconds, once every pod is placed
     exclusive: bool = False  # a ComputeDomain that asks for an NVLink domain of its own
     segment_size: int | None = None  # a multi-rack job: pods per segment (its ComputeDomain's annotation)
+    walltime: float | None = None  # seconds it states it runs at most (imex-webhook.io/max-runtime), if any
 
     @property
     def grouped(self) -> bool:
@@ -164,7 +172,23 @@ def generate(p: Params) -> list[Job]:
     """The job stream for ``p``: the same list for the same parameters, on every machine; the multi-rack jobs
     (``multi_rack_jobs``) after the others."""
     jobs = _generate(p)
-    return jobs + multi_rack_jobs(p, len(jobs), window(jobs)[1])
+    return with_walltimes(jobs + multi_rack_jobs(p, len(jobs), window(jobs)[1]), p)
+
+
+# What a stated walltime is, times the job's runtime: users overestimate, by 20 % to three times.
+WALLTIME_FACTORS = (1.2, 3.0)
+
+
+def with_walltimes(jobs: list[Job], p: Params) -> list[Job]:
+    """The jobs, ``walltime_share`` of them stating a walltime: two draws per job whatever the share, on a
+    stream of their own, so that the jobs stating one at a share are among those at any larger share, with
+    the same bound, and the rest of the stream is the same with or without walltimes."""
+    rng = random.Random(f"walltime/{p.seed}")
+    out = []
+    for job in jobs:
+        states, factor = rng.random(), rng.uniform(*WALLTIME_FACTORS)
+        out.append(replace(job, walltime=round(job.runtime * factor)) if states < p.walltime_share else job)
+    return out
 
 
 def window(jobs: list[Job]) -> tuple[float, float]:
