@@ -58,7 +58,7 @@ from webhook.wire.timestamps import rfc3339
 class Holds:
     """The hold knobs ``imex-webhook`` runs with (docs/SCHEDULER.md, "Holds and backfill")."""
 
-    max_holds: int = 2
+    max_holds: int = 1
     hold_after: float = 600.0
     hold_timeout: float = 4 * 3600.0
 
