@@ -10,12 +10,33 @@ domain whose nodes the scheduler rejected.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from webhook.domain.placement.placement import Offer
+from typing import Protocol
 
 SHOWN = 3  # offered domains described one by one; the rest are counted
+
+
+class Offer(Protocol):
+    """What one domain can do for the group (``webhook.domain.placement.placement.Offer``), as read here."""
+
+    @property
+    def domain(self) -> str: ...
+
+    @property
+    def pods(self) -> int: ...
+
+    @property
+    def attaches(self) -> int: ...
+
+    @property
+    def ceiling(self) -> int: ...
+
+    @property
+    def ruled_out(self) -> tuple[tuple[str, int], ...]: ...
+
+    @property
+    def offered(self) -> int: ...
+
+    def shortfall(self, remaining: int, one_pod_per_node: bool) -> str: ...
 
 
 def no_room(what: str, remaining: int, placed: int, placed_domains: Sequence[str], offers: Sequence[Offer],
