@@ -10,6 +10,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+from prometheus_client import generate_latest
+
 from tests import builders
 from tests.domain.test_holds import T0, _group
 from webhook.adapters.embedded import EmbeddedBackend
@@ -18,6 +21,9 @@ from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
 from webhook.engine.occurrences import Occurrence
+from webhook.http.cluster_metrics import ClusterMetrics
+from webhook.http.metrics import Metrics
+from webhook.tools.explain import words
 
 A, B = "aaaa-1111.7", "bbbb-2222.7"
 POLICY = Policy(max_holds=1, hold_after=600.0, hold_timeout=4 * 3600.0)
@@ -180,3 +186,19 @@ def test_the_pods_of_a_job_held_in_segments_start_together_once_every_held_domai
     assert "its pods start together once every held domain has room" in next(iter(waiting.failed.values()))
     _delete(backend, _group("endless", 4, runtime="3h", nodes=["b-00", "b-01", "b-02", "b-03"]))
     assert engine.filter(_pod(wide, "wide-0"), nodes).passed
+
+
+def test_a_hold_is_shown_in_inspect_in_metrics_and_in_explain() -> None:
+    big = _group("big", 4, created=T0)
+    engine, _, clock, _ = _cluster(big)
+    (hold,) = engine.plan_holds()
+    body = orjson.loads(orjson.dumps(engine.inspection(clock.now)))
+    (shown,) = [r for r in body["reservations"] if r["group"] == hold.group_id]
+    assert shown["state"] == "held" and shown["expectedStart"] == "2027-01-15T09:00:00Z"
+    by_domain = {d["domain"]: d["heldGpus"] for d in body["domains"]}
+    assert by_domain == {A: 16, B: 0}, "4 pods x 4 GPUs kept in rack a as they free"
+    metrics = Metrics()
+    metrics.registry.register(ClusterMetrics(engine))
+    assert f'imex_webhook_held_gpus{{domain="{A}"}} 16.0' in generate_latest(metrics.registry).decode()
+    status, text = words.explain_name(body, "ml/big", clock.now)
+    assert status == 0 and "held until its room comes (expected 2027-01-15T09:00:00Z)" in text, text

@@ -99,6 +99,11 @@ class Engine(Core):
         inputs = self.decision_inputs(now)
         return figures.spare_nodes(inputs.snapshot, inputs.live)
 
+    def held_gpus(self, now: float) -> dict[str, int]:
+        """Per domain, the GPUs holds keep for waiting groups (``figures.held_gpus``)."""
+        inputs = self.decision_inputs(now)
+        return figures.held_gpus(inputs.snapshot, inputs.live)
+
     def waiting_groups(self, now: float) -> dict[str, int]:
         """Groups with pods still to place, by why they wait (``figures.WAITING_REASONS``)."""
         return figures.waiting_reasons(self.snapshot(), self.choices.promised(now), self.policy, now)

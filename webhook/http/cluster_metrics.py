@@ -70,11 +70,15 @@ class ClusterMetrics(Collector):
         largest = GaugeMetricFamily("imex_webhook_largest_group_fits", "The most pods of gpus_per_pod GPUs one new "
                                     "group could be given in any one domain now", labels=["gpus_per_pod"])
         # One failing source must not cost the scrape the others: its families go out without samples.
+        held = GaugeMetricFamily("imex_webhook_held_gpus", "GPUs of the domain held for a group that has waited "
+                                 "longest, kept from new groups as they free (docs/SCHEDULER.md, \"Holds and "
+                                 "backfill\")", labels=["domain"])
         _guarded("cluster state", self._cluster, domains, waiting, expired, phases, health, spares)
+        _guarded("holds", self._holds, held)
         _guarded("watch health", self._watches, age, stalled)
         _guarded("unaccounted fabric blocks", self._fabric, leaked)
         _guarded("free slots", self._fits, fits, largest)
-        yield from (domains, waiting, expired, phases, health, spares, stalled, age, leaked, fits, largest)
+        yield from (domains, waiting, expired, phases, health, spares, held, stalled, age, leaked, fits, largest)
 
     def _state(self) -> Iterator[GaugeMetricFamily]:
         engine = self.engine
@@ -118,6 +122,10 @@ class ClusterMetrics(Collector):
         by_phase = Tally(a.phase for a in snapshot.attachments.values())
         for phase in Phase:
             phases.add_metric([phase.value], float(by_phase[phase]))
+
+    def _holds(self, held: GaugeMetricFamily) -> None:
+        for domain, gpus in sorted(self.engine.held_gpus(self.engine.clock()).items()):
+            held.add_metric([domain], float(gpus))
 
     def _fits(self, fits: GaugeMetricFamily, largest: GaugeMetricFamily) -> None:
         engine = self.engine

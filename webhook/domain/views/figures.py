@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from webhook.domain.health import DomainHealth, domain_health
 from webhook.domain.inputs import DecisionInputs, live_reservations
-from webhook.domain.jobs import resolution
+from webhook.domain.jobs import holds, resolution
 from webhook.domain.model import Demand, Group, GroupKind, Node, Reservation, Snapshot
 from webhook.domain.placement import placement
 from webhook.domain.placement.capacity import attachable, free_local
@@ -78,6 +78,17 @@ def spare_nodes(snapshot: Snapshot, live: Mapping[str, Reservation]) -> dict[str
     for res in live.values():
         if res.domain in out:
             out[res.domain] += res.spares
+    return out
+
+
+def held_gpus(snapshot: Snapshot, live: Mapping[str, Reservation]) -> dict[str, int]:
+    """Every domain's GPUs held for a waiting group (``webhook.domain.jobs.holds``): what its holds keep for
+    the members still to place, as free GPUs come; 0 where nothing is held."""
+    out = dict.fromkeys(snapshot.domains, 0)
+    for group_id, res in live.items():
+        if holds.is_hold(res) and res.domain in out:
+            _, placed, _ = members_summary(snapshot.members.get(group_id, ()))
+            out[res.domain] += max(res.size - placed, 0) * res.gpus_per_pod
     return out
 
 

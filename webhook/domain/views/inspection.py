@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.domain.inputs import live_reservations
+from webhook.domain.jobs import holds
 from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.placement.capacity import free_local
 from webhook.domain.policy import Policy
 from webhook.domain.views import figures
 from webhook.domain.views import inspection_detail as detail
 from webhook.wire.text import clip
+from webhook.wire.timestamps import rfc3339
 
 
 def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
@@ -26,7 +28,9 @@ def _reservation(res: Reservation, stored: bool) -> dict[str, Any]:
         "placedAt": res.placed_at,
         "holder": res.holder,
         "spares": res.spares,
-        "state": "reserved" if stored else "proposed",
+        # held: kept for a group that waits longest until its room is expected (docs/SCHEDULER.md, "Holds")
+        "state": "held" if holds.is_hold(res) else ("reserved" if stored else "proposed"),
+        **({"expectedStart": rfc3339(res.expected_start, "s")} if res.expected_start is not None else {}),
         **({"segment": {"job": res.segment.job_name, "index": res.segment.index, "count": res.segment.count}}
            if res.segment is not None else {}),
     }
@@ -42,6 +46,7 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
     by_node, budget = detail.gpus_by_node(snapshot), [detail.MAX_REASONED]
     fits = figures.fits_beside(snapshot, others, policy)
     healths, spares = figures.domain_healths(snapshot), figures.spare_nodes(snapshot, others)
+    held = figures.held_gpus(snapshot, others)
     domains = []
     for name, node_names in sorted(snapshot.domains.items()):
         nodes = [snapshot.nodes[n] for n in node_names if n in snapshot.nodes]
@@ -61,6 +66,7 @@ def summarize(snapshot: Snapshot, proposals: Mapping[str, Reservation], policy: 
             "degradedNodes": list(health.degraded),
             "unhealthyNodes": list(health.unhealthy),
             "spareNodes": spares[name],  # held by live reservations for their groups' replacements
+            "heldGpus": held[name],  # kept for a waiting group's hold as they free
             "kind": detail.domain_kind(nodes[0].domain_key if nodes else None, nodes),
             "nodeDetails": [detail.node_detail(n, snapshot, by_node.get(n.name, {})) for n in nodes],
         })

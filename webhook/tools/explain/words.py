@@ -90,13 +90,14 @@ class Member:
 @dataclass(frozen=True, slots=True)
 class Reserved:
     domain: str
-    state: str  # reserved | proposed
+    state: str  # reserved | proposed | held
     size: int
     gpus_per_pod: int
     one_pod_per_node: bool
     created_at: float
     placed_at: float | None
     holder: str
+    expected_start: str | None = None  # a hold's, RFC 3339
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +174,8 @@ def _reservation(raw: Any, where: str) -> Reserved:
         size=_get(raw, "size", int, where), gpus_per_pod=_get(raw, "gpusPerPod", int, where, 0),
         one_pod_per_node=_get(raw, "onePodPerNode", bool, where, False),
         created_at=float(_get(raw, "createdAt", (int, float), where, 0.0)),
-        placed_at=_get(raw, "placedAt", (int, float), where, None), holder=_get(raw, "holder", str, where, ""))
+        placed_at=_get(raw, "placedAt", (int, float), where, None), holder=_get(raw, "holder", str, where, ""),
+        expected_start=_get(raw, "expectedStart", str, where, None))
 
 
 def parse(answer: Any) -> View:
@@ -316,7 +318,9 @@ def explain(view: View, found: Found, now: float | None = None) -> str:
         lines.append("  Reserved:  no domain reserved for the group")
     else:
         shape = f"{r.size} pods x {r.gpus_per_pod} GPUs" + (", one pod per node" if r.one_pod_per_node else "")
-        verb = "reserved" if r.state == "reserved" else "proposed (not stored yet)"
+        expected = safe(r.expected_start or "-", 40)
+        verb = {"reserved": "reserved", "held": f"held until its room comes (expected {expected})"}.get(
+            r.state, "proposed (not stored yet)")
         lines.append(f"  Reserved:  {verb} in domain {_domain(view, r.domain)}")
         lines.append(f"             for {shape}; since {_when(r.created_at, now)}"
                      + (f" by {safe(r.holder, 80)}" if r.holder else "")
