@@ -59,7 +59,7 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], inputs: DecisionInputs,
             # group. An Error makes the scheduler retry after its backoff, by when the cache has it.
             raise DecisionError(f"pod {pod.ref} uses {', '.join(pending)}, which imex-webhook's cache does not "
                                 "have yet; its group is resolved once it does (the scheduler retries)")
-        return _outside_groups(pod, candidates, nodes, snapshot, holds.kept_from(pod, inputs))
+        return _outside_groups(pod, candidates, nodes, inputs)
     if ctx.resolution.problems:
         return _all_fail(candidates, ctx, "invalid-group", "invalid-group", unresolvable=True)
     group = ctx.group
@@ -98,12 +98,13 @@ def filter_nodes(pod: Pod, candidates: Sequence[str], inputs: DecisionInputs,
 
 
 def _outside_groups(pod: Pod, candidates: Sequence[str], nodes: Mapping[str, Node],
-                    snapshot: Snapshot, held: Mapping[str, str]) -> FilterOutcome:
+                    inputs: DecisionInputs) -> FilterOutcome:
     """A pod in no group passes every node with room for its device-plugin GPUs (``plain_pods.short``) outside
-    the domains held for a waiting group it may not backfill under (``held``: domain -> why); a node the cache
-    does not know yet is left to kube-scheduler's own filters."""
+    the domains held for a waiting group it may not backfill under; a node the cache does not know yet is
+    left to kube-scheduler's own filters."""
     if not plain_pods.asks_gpus(pod):
-        return FilterOutcome(passed=tuple(candidates))
+        return FilterOutcome(passed=tuple(candidates))  # before the holds are read: most pods stop here
+    snapshot, held = inputs.snapshot, holds.kept_from(pod, inputs)
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}

@@ -130,13 +130,22 @@ def due(order: Iterable[Waiting], held: int, now: float, policy: Policy) -> list
     return [w for w in list(order)[:room] if now - w.since >= policy.hold_after]
 
 
-def _endings(domain: str, snapshot: Snapshot, policy: Policy, now: float) -> list[tuple[float, list[Pod]]]:
-    """The running groups with members in ``domain`` that state a walltime: when each ends, with its pods."""
-    names = set(snapshot.domains.get(domain, ()))
-    out: list[tuple[float, list[Pod]]] = []
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """A running group that states a walltime: when it ends, its pods, the domains they run in."""
+
+    end: float
+    pods: tuple[Pod, ...]
+    domains: frozenset[str]
+
+
+def endings(snapshot: Snapshot, policy: Policy, now: float) -> list[Ending]:
+    """Every running group that states a walltime, by when it ends: each group resolved once, whatever the
+    domains asked about."""
+    out: list[Ending] = []
     for members in snapshot.members.values():
         running = [m for m in members if m.pod.node_name and not m.pod.terminated]
-        if not running or not any(m.pod.node_name in names for m in running):
+        if not running:
             continue
         group = grouping.resolve(running[0].pod, snapshot.catalog, policy).group
         bound = group.walltime if group else None
@@ -145,16 +154,20 @@ def _endings(domain: str, snapshot: Snapshot, policy: Policy, now: float) -> lis
             continue
         if end < now and not bound.enforced:
             continue  # ran past what its owner stated: planned around, as a group that states nothing
-        out.append((max(end, now), [m.pod for m in running]))  # past an enforced bound: it ends any moment
-    return sorted(out, key=lambda e: e[0])
+        domains = frozenset(d for m in running if (n := snapshot.nodes.get(m.pod.node_name or "")) and (d := n.domain))
+        out.append(Ending(max(end, now), tuple(m.pod for m in running), domains))  # past an enforced bound: any moment
+    return sorted(out, key=lambda e: e.end)
 
 
 def earliest_start(domain: str, group: Group, need: Demand, pods: int, snapshot: Snapshot,
-                   others: Mapping[str, Reservation], policy: Policy, now: float) -> float | None:
+                   others: Mapping[str, Reservation], policy: Policy, now: float,
+                   ends: list[Ending] | None = None) -> float | None:
     """When ``domain`` can host ``pods`` members of ``group``: now, or the end of the running group after
-    which it can, or None when the walltimes stated never leave room."""
+    which it can, or None when the walltimes stated never leave room. ``ends``: ``endings`` of the snapshot,
+    when the caller asks about several domains."""
+    here = [e for e in (ends if ends is not None else endings(snapshot, policy, now)) if domain in e.domains]
     gone: dict[str, Pod] = {}
-    for when, ending in [(now, []), *_endings(domain, snapshot, policy, now)]:
+    for when, ending in [(now, ()), *((e.end, e.pods) for e in here)]:
         gone.update((p.uid, p) for p in ending)
         by_node: dict[str, list[str]] = {}
         for pod in gone.values():
@@ -172,11 +185,12 @@ def plan(entry: Waiting, snapshot: Snapshot, others: Mapping[str, Reservation], 
     seg = group.segment
     count, per = (seg.count, seg.size) if seg is not None else (1, entry.size)
     held_domains = {r.domain for r in others.values() if is_hold(r)}  # one hold per domain
+    ends = endings(snapshot, policy, now)
     starts = []
     for domain in sorted(snapshot.domains):
         if domain in held_domains:
             continue
-        start = earliest_start(domain, group, need, per, snapshot, others, policy, now)
+        start = earliest_start(domain, group, need, per, snapshot, others, policy, now, ends)
         if start is not None:
             busy = sum(snapshot.used_gpus.get(n, 0) for n in snapshot.domains[domain])
             starts.append((round(start / RESOLUTION), -busy, domain, start))
