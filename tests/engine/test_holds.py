@@ -17,6 +17,7 @@ from tests import builders
 from tests.domain.test_holds import T0, _group
 from webhook.adapters.embedded import EmbeddedBackend
 from webhook.domain.jobs import holds
+from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
 from webhook.engine.engine import Engine
@@ -202,3 +203,21 @@ def test_a_hold_is_shown_in_inspect_in_metrics_and_in_explain() -> None:
     assert f'imex_webhook_held_gpus{{domain="{A}"}} 16.0' in generate_latest(metrics.registry).decode()
     status, text = words.explain_name(body, "ml/big", clock.now)
     assert status == 0 and "held until its room comes (expected 2027-01-15T09:00:00Z)" in text, text
+
+
+def test_a_hold_for_members_not_created_yet_is_bounded_by_the_namespaces_share() -> None:
+    """A hold keeps room for pods that do not exist yet as any reservation does, and is bounded alike: a
+    ComputeDomain of 4 nodes with 1 pod created asks 12 GPUs for pods to come, over a share of 8."""
+    big = [o for o in _group("big", 4, created=T0) if o["kind"] != "Pod" or o["metadata"]["name"] == "big-0"]
+    objects = [*builders.rack("a", A, 4), *builders.rack("b", B, 4),
+               *_group("short", 2, runtime="30m", nodes=["a-00", "a-01"]),
+               *_group("long", 2, runtime="1h", nodes=["a-02", "a-03"]),
+               *_group("endless", 4, nodes=["b-00", "b-01", "b-02", "b-03"]), *big]
+
+    def held(share: int | None) -> list[Reservation]:
+        policy = Policy(max_holds=1, hold_after=600.0, max_reserved_gpus=share)
+        backend = EmbeddedBackend(builders.store(objects, policy), [], "test")
+        return builders.engine(backend, policy, holder="r1", clock=Clock(T0 + 1200)).plan_holds()
+
+    assert held(8) == []
+    assert [(r.domain, r.size) for r in held(None)] == [(A, 4)]  # under the default share it is held

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from webhook.domain.groups import segments
 from webhook.domain.jobs import holds
 from webhook.domain.model import Reservation
+from webhook.domain.placement import quotas
 from webhook.engine.choices import Choices
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
@@ -55,7 +56,12 @@ def plan_holds(core: Core) -> list[Reservation]:
         planned = holds.plan(entry, snapshot, live, policy, now)
         if planned is None or planned.start <= now:
             continue  # no walltime makes room, or room is there: the scheduler places it on its next try
-        recorded = _record(core, holds.holds_for(entry, planned, now, core.holder))
+        wanted = holds.holds_for(entry, planned, now, core.holder)
+        over = quotas.refusal(entry.group, wanted, False, snapshot, live, policy)
+        if over:  # a hold is capacity kept for pods not running: bounded like any reservation (quotas)
+            log.info("no hold for %s/%s: %s", entry.group.namespace, entry.group.name, over)
+            continue
+        recorded = _record(core, wanted)
         if recorded:
             made.extend(recorded)
             live.update((r.group_id, r) for r in recorded)
