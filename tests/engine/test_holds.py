@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -20,6 +21,7 @@ from webhook.domain.jobs import holds
 from webhook.domain.model import Reservation
 from webhook.domain.policy import Policy
 from webhook.domain.reading import parsing
+from webhook.engine import housekeeping
 from webhook.engine.engine import Engine
 from webhook.engine.occurrences import Occurrence
 from webhook.http.cluster_metrics import ClusterMetrics
@@ -131,15 +133,25 @@ def test_a_hold_past_its_start_without_room_is_planned_again_around_the_group_th
     assert (again.domain, again.expected_start) == (B, T0 + 3 * 3600)
 
 
-def test_a_deleted_groups_hold_is_released_with_it() -> None:
+def test_a_deleted_groups_hold_is_released_with_it_on_that_change() -> None:
     big = _group("big", 4, created=T0)
-    engine, backend, clock, _ = _cluster(big)
+    engine, backend, _, _ = _cluster(big)
     (hold,) = engine.plan_holds()
     _delete(backend, big)
-    clock.now += 60
-    released = engine.housekeep()
+    released = engine.housekeep()  # no grace: its members had waited --hold-after when it was made
     assert (hold.group_id, "every member of the group has finished or was deleted") in released
     assert hold.group_id not in engine.reservations.all()
+
+
+def test_a_hold_made_sooner_than_the_grace_after_its_members_came_keeps_the_rest_of_the_grace() -> None:
+    """With a --hold-after below the grace, another replica's cache may not have the members yet."""
+    big = _group("big", 4, created=T0 + 1190)
+    engine, _, _, _ = _cluster(big)
+    quick = Policy(max_holds=1, hold_after=10.0)
+    res = Reservation("cd:x", "x", "ml", A, 4, 4, True, T0 + 1200, expected_start=T0 + 3600)
+    snap = replace(engine.snapshot(), reservations={"cd:x": res})
+    assert housekeeping.stale_reservations(snap, T0 + 1215, quick) == []  # 25 s since its members were seen
+    assert housekeeping.stale_reservations(snap, T0 + 1221, quick) == [("cd:x", housekeeping.ENDED)]
 
 
 def test_threads_racing_to_plan_hold_each_domain_once() -> None:

@@ -142,6 +142,13 @@ REFUSED = [
     # What a namespace may hold for pods not created yet
     *((["--max-reserved-gpus-per-namespace", value], f"--max-reserved-gpus-per-namespace {value!r}: {RESERVED_CAP}")
       for value in ("", "-1", "101%", "1.5", "50 %", "1e9", "\u0663", "9" * 10, "%", "half")),
+    # Holds for the groups that wait longest
+    (["--max-holds", "-1"], "--max-holds -1: expected 0 (no holds) to 64"),
+    (["--max-holds", str(2**70)], f"--max-holds {2**70}: expected 0 (no holds) to 64"),
+    (["--hold-after", "-5"], "--hold-after -5: expected seconds in [0, 86400]"),
+    (["--hold-after", "nan"], "--hold-after nan: expected seconds in [0, 86400]"),
+    (["--hold-timeout", "30"], "--hold-timeout 30: expected seconds in [60, 86400]"),
+    (["--hold-timeout", "inf"], "--hold-timeout inf: expected seconds in [60, 86400]"),
 ]
 
 
@@ -276,3 +283,11 @@ def test_the_reserved_gpus_bound_is_a_number_or_a_share(value: str | None, gpus:
 def test_packing_plain_gpu_pods_is_off_unless_asked_for() -> None:
     assert _from([]).policy.pack_plain_gpu_pods is False
     assert _from(["--pack-plain-gpu-pods"]).policy.pack_plain_gpu_pods is True
+
+
+def test_holds_are_set_by_their_three_flags_and_default_to_the_policys() -> None:
+    default = _from([]).policy
+    assert (default.max_holds, default.hold_after, default.hold_timeout) == (
+        Policy().max_holds, Policy().hold_after, Policy().hold_timeout)
+    got = _from(["--max-holds", "3", "--hold-after", "120", "--hold-timeout", "7200"]).policy
+    assert (got.max_holds, got.hold_after, got.hold_timeout) == (3, 120.0, 7200.0)

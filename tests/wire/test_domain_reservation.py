@@ -171,3 +171,42 @@ def test_a_segment_of_the_wrong_type_is_refused(hostile: Any) -> None:
     obj["spec"]["segment"] = hostile
     with pytest.raises(WireError):
         dr.parse_reservation(obj, Reservation, Segment)
+
+
+HOLD = Reservation("ann:ml/big", "big", "ml", "clique-0.2", 18, 4, True, 1_700_000_000.0, holder="replica-a",
+                   expected_start=1_700_002_400.25)
+
+
+def test_a_hold_round_trips_its_expected_start_in_its_reservation_and_its_promise() -> None:
+    obj = dict(dr.reservation_object(HOLD, "replica-a"))
+    assert obj["spec"]["expectedStart"] == "2023-11-14T22:53:20.250000Z" and "placedAt" not in obj["spec"]
+    assert dr.parse_reservation(obj, Reservation) == HOLD
+    ledger = dr.parse_ledger(dr.ledger_object("clique-0.2", [HOLD, PROMISE]), Reservation)
+    assert ledger.promises["ann:ml/big"].expected_start == HOLD.expected_start
+    assert ledger.promises["cd:uid"].expected_start is None
+
+
+def test_a_reservation_written_without_an_expected_start_reads_as_no_hold() -> None:
+    """What a replica of an earlier release wrote, and what it reads back: additive both ways."""
+    assert "expectedStart" not in _reservation()["spec"]
+    assert dr.parse_reservation(_reservation(), Reservation).expected_start is None
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("2023-11-14T22:13:19Z", "is not between createdAt"),  # before the hold was made
+    ("2025-01-01T00:00:00Z", "is not between createdAt"),  # past the longest walltime after it
+    ("soon", "is not an RFC 3339 time"),
+    (1_700_002_400, "expected an RFC 3339 time"),
+    ("9" * 10_000, "is not an RFC 3339 time"),
+])
+def test_an_impossible_expected_start_is_a_wire_error_naming_the_field(value: Any, why: str) -> None:
+    for obj, parse, path in (
+            (dict(dr.reservation_object(HOLD, "a")), lambda o: dr.parse_reservation(o, Reservation),
+             "spec.expectedStart"),
+            (dr.ledger_object("clique-0.2", [HOLD]), lambda o: dr.parse_ledger(o, Reservation),
+             "spec.promises[0].expectedStart")):
+        target = obj["spec"] if path.startswith("spec.e") else obj["spec"]["promises"][0]
+        target["expectedStart"] = value
+        with pytest.raises(WireError) as raised:
+            parse(obj)
+        assert raised.value.path == path and why in str(raised.value)

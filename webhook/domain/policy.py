@@ -24,6 +24,9 @@ DEFAULT_MAX_RESERVED_SHARE = 0.5
 # lives this long unless its group starts.
 DEFAULT_HOLD_AFTER = 600.0
 DEFAULT_HOLD_TIMEOUT = 4 * 3600.0
+# Each hold is planned again on every round against every domain: a few dozen cost a housekeeping round
+# a fraction of a second on thousands of nodes; more would only hold the cluster for jobs queued far back.
+MAX_HOLDS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +70,10 @@ class Policy:
     def live(self, res: Reservation, now: float, stored: bool) -> bool:
         """Whether ``res`` still holds its domain's capacity at ``now``: a stored reservation until no member
         was placed for ``reservation_ttl`` (``Reservation.expired``), a promise not stored yet (a choice in
-        flight, a domain ledger's entry) for ``proposal_ttl`` from its choice. The one rule every verb uses."""
-        if res.expected_start is not None and res.placed_at is None:  # a hold: its own lifetime
+        flight, a domain ledger's entry) for ``proposal_ttl`` from its choice, a stored hold for ``hold_timeout``
+        from its making (a hold's promise whose reservation was never stored is a promise like any other). The
+        one rule every verb uses."""
+        if stored and res.expected_start is not None and res.placed_at is None:  # a hold: its own lifetime
             return now - res.created_at <= self.hold_timeout
         if stored:
             return not res.expired(now, self.reservation_ttl)

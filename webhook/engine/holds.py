@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from webhook.domain.groups import segments
-from webhook.domain.jobs import holds
+from webhook.domain.jobs import hold_order, holds
 from webhook.domain.model import Reservation
 from webhook.domain.placement import quotas
 from webhook.engine.choices import Choices
@@ -48,6 +48,7 @@ def plan_holds(core: Core) -> list[Reservation]:
         if holds.overdue(res, inputs.now) and policy.live(res, inputs.now, stored=True):
             _give_up(core, group_id, res)
     _move_earlier(core)
+    _give_way(core)
     inputs = core.decision_inputs()
     now, snapshot, live = inputs.now, inputs.snapshot, dict(inputs.live)
     held = len({segments.job_of(g) for g, r in live.items() if holds.is_hold(r)})
@@ -86,6 +87,20 @@ def _move_earlier(core: Core) -> None:
                              reason=f"room for the held group comes earlier ({planned.start:.0f})")
 
 
+def _give_way(core: Core) -> None:
+    """Let go the holds of lower priority that a due group of higher priority needs the slot of
+    (``webhook.domain.jobs.hold_order``); it is planned on this round."""
+    inputs = core.decision_inputs()
+    held = holds.held_waiting(inputs.snapshot, inputs.live, core.policy)
+    due = [w for w in holds.waiting(inputs.snapshot, inputs.live, core.policy)
+           if inputs.now - w.since >= core.policy.hold_after]
+    for entry, current in hold_order.displaced(held, due, core.policy.max_holds):
+        for res in current:
+            if _release(core, res.group_id):
+                decision_log("release", res.group_id, domain=res.domain,
+                             reason=f"a group of higher priority than {entry.priority} waits for a hold")
+
+
 def _record(core: Core, wanted: list[Reservation]) -> list[Reservation]:
     """Store every hold of one plan, or none: a segment that cannot be held withdraws those stored before it."""
     stored: list[Reservation] = []
@@ -103,6 +118,9 @@ def _record(core: Core, wanted: list[Reservation]) -> list[Reservation]:
         for res in stored:
             _release(core, res.group_id)
         return []
+    if any(kept.holder != res.holder or abs(kept.created_at - res.created_at) > 1e-3  # stored to the microsecond
+           for kept, res in zip(stored, wanted, strict=True)):
+        return []  # another replica held the same group a moment before: its hold stands, and it told the group
     for res in stored:
         decision_log("hold", res.group_id, domain=res.domain, reason=f"expected start {res.expected_start:.0f}")
     return stored

@@ -9,12 +9,15 @@ The grace stays where the cache may be behind the API server. A reservation whos
 never saw placed, and that has none now, may belong to pods its watch has not delivered yet: another
 replica reserved and bound them a moment ago, or this replica just restarted and relisted. Such a
 reservation is released only ``GRACE`` seconds after its last placement (or its creation): a bound pod shows
-up in every replica's pod cache well within that.
+up in every replica's pod cache well within that. A hold is made only for members that waited
+``Policy.hold_after``, so its grace counts from that long before its making: with the default, a held group
+whose pods are deleted frees its domains on that change.
 """
 
 from __future__ import annotations
 
-from webhook.domain.model import Snapshot
+from webhook.domain.jobs import holds
+from webhook.domain.model import Reservation, Snapshot
 from webhook.domain.placement.placement import members_summary
 from webhook.domain.policy import Policy
 from webhook.engine.core import Core
@@ -64,6 +67,15 @@ def stale_reservations(snapshot: Snapshot, now: float, policy: Policy) -> list[t
             out.append((group_id, ENDED))
         elif placed == 0 and not policy.live(res, now, stored=True):
             out.append((group_id, f"no member placed within {policy.reservation_ttl:.0f}s"))
-        elif seen == 0 and now - (res.placed_at or res.created_at) > GRACE:
+        elif seen == 0 and now - _last_sign_of_life(res, policy) > GRACE:
             out.append((group_id, ENDED))
     return out
+
+
+def _last_sign_of_life(res: Reservation, policy: Policy) -> float:
+    """When the group of ``res`` was last known to have members: its last placement, else its reservation's
+    making; for a hold, ``hold_after`` before its making, since its members had waited that long by then
+    (every synced replica has them in its cache), so a deleted held group frees its domains at once."""
+    if holds.is_hold(res):
+        return res.created_at - policy.hold_after
+    return res.placed_at or res.created_at

@@ -8,8 +8,11 @@
   ``spec.promises``, one entry per group promised capacity in the domain (a reservation's fields but
   the domain).
 
-Times are RFC 3339 to the microsecond. Parsing raises ``WireError`` naming the field; what the adapter
-does with the parsed records is ``webhook.adapters.kube.reservations``.
+A hold (``webhook.domain.jobs.holds``) is a reservation or promise with ``expectedStart``: when the held
+domain's room is expected. The field is additive; what a replica of an earlier release does with a hold is
+in docs/SCHEDULER.md ("Holds and backfill", "Upgrading"). Times are RFC 3339 to the microsecond. Parsing raises
+``WireError`` naming the field; what the adapter does with the parsed records is
+``webhook.adapters.kube.reservations``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ MAX_SEGMENTS = 20_000
 # Spare nodes a reservation may hold (webhook.domain.groups.spares), as the CRD's schema bounds spec.spareNodes:
 # enough for a few failed trays of any rack, too few for one group to hold a whole cluster.
 MAX_SPARE_NODES = 64
+# How far ahead of its making a hold may expect its room: the longest walltime a group may state (366 days,
+# webhook.domain.groups.walltime), which is as far as running groups' stated ends ever reach.
+MAX_HOLD_AHEAD = 8784 * 3600.0
 
 GROUP = PREFIX
 VERSION = "v1alpha1"
@@ -54,6 +60,7 @@ class Promise(TypedDict):
     createdAt: str
     placedAt: NotRequired[str]
     spareNodes: NotRequired[int]
+    expectedStart: NotRequired[str]
 
 
 class SegmentSpec(TypedDict):
@@ -83,6 +90,7 @@ class DomainReservationSpec(TypedDict, total=False):
     holder: str
     createdAt: str
     placedAt: str
+    expectedStart: str
     promises: list[Promise]
 
 
@@ -120,6 +128,8 @@ class ReservationFields(Protocol):
     def spares(self) -> int: ...
     @property
     def segment(self) -> SegmentFields | None: ...
+    @property
+    def expected_start(self) -> float | None: ...
 
 
 class SegmentFields(Protocol):
@@ -169,6 +179,8 @@ def _spec(res: ReservationFields, holder: str) -> DomainReservationSpec:
         spec["placedAt"] = rfc3339(res.placed_at, "us")
     if res.spares:
         spec["spareNodes"] = res.spares
+    if res.expected_start is not None:
+        spec["expectedStart"] = rfc3339(res.expected_start, "us")
     return spec
 
 
@@ -226,13 +238,26 @@ def _record(spec: Mapping[str, Any], meta: Mapping[str, Any], path: str, make: C
     if not isinstance(one_pod, bool):
         raise WireError(f"{path}.onePodPerNode", f"expected bool, got {shown(one_pod)}")
     created = _time(spec, "createdAt", path) or _time(meta, "creationTimestamp", "metadata")
+    expected = _expected_start(spec, created, path)
     return make(
         group_id=_required(spec, "groupId", path, str), group_name=str_at(spec, "groupName", path),
         namespace=str_at(spec, "namespace", path), domain=_required(spec, "domain", path, str),
         size=_required(spec, "size", path, int), gpus_per_pod=_required(spec, "gpusPerPod", path, int),
         one_pod_per_node=one_pod, created_at=created or 0.0, placed_at=_time(spec, "placedAt", path),
         holder=str_at(spec, "holder", path), version=str_at(meta, "resourceVersion", "metadata"),
-        spares=_spares(spec, path), **extra)
+        spares=_spares(spec, path), expected_start=expected, **extra)
+
+
+def _expected_start(spec: Mapping[str, Any], created: float | None, path: str) -> float | None:
+    """A hold's ``expectedStart``: planned when the hold was made, so never before it, and never past the
+    longest walltime a group may state (``webhook.domain.groups.walltime.MAX_SECONDS``) after it."""
+    expected = _time(spec, "expectedStart", path)
+    if expected is None or created is None:
+        return expected
+    if not created <= expected <= created + MAX_HOLD_AHEAD:
+        raise WireError(f"{path}.expectedStart", f"{rfc3339(expected, 'us')} is not between createdAt "
+                        f"{rfc3339(created, 'us')} and {MAX_HOLD_AHEAD / 3600:g} hours after it")
+    return expected
 
 
 def _spares(spec: Mapping[str, Any], path: str) -> int:

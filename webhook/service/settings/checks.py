@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from webhook.domain.fabric_plan import Timeouts
-from webhook.domain.policy import MIN_TTL, Policy
+from webhook.domain.policy import MAX_HOLDS, MIN_TTL, Policy
 from webhook.errors import SettingsError
 from webhook.service.settings.groups import (
     DEFAULT_STALL_TIMEOUT,
@@ -115,6 +115,12 @@ def _seconds(ns: argparse.Namespace) -> None:
         raise SettingsError(f"--stall-timeout {ns.stall_timeout:g}: expected seconds above --bind-budget "
                             f"({ns.bind_budget:g}), the longest a request legitimately takes, and at most "
                             f"{MAX_SECONDS:g}")
+    if not 0 <= ns.max_holds <= MAX_HOLDS:
+        raise SettingsError(f"--max-holds {ns.max_holds}: expected 0 (no holds) to {MAX_HOLDS}")
+    if not 0 <= ns.hold_after <= MAX_SECONDS:
+        raise SettingsError(f"--hold-after {ns.hold_after:g}: expected seconds in [0, {MAX_SECONDS:g}]")
+    if not 60 <= ns.hold_timeout <= MAX_SECONDS:  # a hold must outlive one housekeeping round and its start's LATE
+        raise SettingsError(f"--hold-timeout {ns.hold_timeout:g}: expected seconds in [60, {MAX_SECONDS:g}]")
     if not ns.reservation_ttl <= MAX_SECONDS:  # below MIN_TTL: Policy.ttl_problems says why
         raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: expected seconds in [{MIN_TTL:g}, "
                             f"{MAX_SECONDS:g}]")
@@ -201,6 +207,7 @@ def _policy(ns: argparse.Namespace) -> Policy:
         exclusive_domains=ns.exclusive_domains,
         pack_plain_gpu_pods=ns.pack_plain_gpu_pods,
         block_labels=tuple(ns.block_label),
+        max_holds=ns.max_holds, hold_after=ns.hold_after, hold_timeout=ns.hold_timeout,
         **_reserved_cap(ns.max_reserved_gpus_per_namespace),
     )
     if policy.ttl_problems():

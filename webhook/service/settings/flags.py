@@ -151,6 +151,15 @@ def _policy(pol: argparse._ArgumentGroup, d: Settings) -> None:
                      help="node label of the network block above the NVLink domains (a spine, a switch block); "
                           "repeatable, lowest level first: all segments of a segmented job land under one value "
                           "of the lowest level that fits, else of the next (default: none)")
+    pol.add_argument("--max-holds", type=int, default=policy.max_holds, metavar="N",
+                     help="how many of the groups that wait longest (pod priority, then age) may hold NVLink domains "
+                          "at their earliest start, computed from the running groups' walltimes, so small jobs stop "
+                          "taking the room a large one waits for; a held domain still takes groups that end before "
+                          "the hold starts (backfill); 0 turns holds off (default %(default)s)")
+    pol.add_argument("--hold-after", type=float, default=policy.hold_after, metavar="SECONDS",
+                     help="seconds a group waits before a domain is held for it (default %(default)s)")
+    pol.add_argument("--hold-timeout", type=float, default=policy.hold_timeout, metavar="SECONDS",
+                     help="seconds a hold lives unless its group starts (default %(default)s)")
     pol.add_argument("--reservation-ttl", type=float, default=policy.reservation_ttl,
                      help="seconds a reservation lives with no member placed (default %(default)s; at least "
                           f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")
