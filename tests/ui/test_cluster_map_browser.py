@@ -3,7 +3,8 @@ loads ``/ui`` from ``serve`` over TLS on the demo cluster with the simulated fab
 every domain and group ``/inspect`` knows, follows the demo scenario's binds within a refresh, draws the
 fabric pool's attached GPUs and free blocks, says why the group that fits nowhere waits, shows a hostile
 group name as text, badges a degraded or unhealthy domain (never a healthy one) and the spare nodes held in
-a domain, and logs no console error (a failed load or a refused inline script would be one).
+a domain, marks a domain held for the group that waited longest ``(held)``, and logs no console error (a
+failed load or a refused inline script would be one).
 Saves a screenshot (to $IMEX_UI_SCREENSHOT too when set: docs/cluster-map.png is made that way)."""
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import pytest
 import requests
 
 from tests import builders, serving
+from tests.domain.test_holds import _group
 from tests.ui import browser
 from webhook.demo import cluster as demo_cluster
 from webhook.demo import run as demo
 from webhook.domain import keys
+from webhook.wire.timestamps import parse_rfc3339, rfc3339
 
 pytestmark = pytest.mark.timeout(120)
 HOSTILE = "<img src=x onerror=window.__pwned=1>"
@@ -242,4 +245,54 @@ def test_a_degraded_domain_shows_its_badge_with_the_nodes_behind_it_and_a_health
         assert shown["dom-bad"]["health"] == "degraded" and shown["dom-bad"]["spare"] is None
         assert "bad-01" in shown["dom-bad"]["why"] and "bad-00" not in shown["dom-bad"]["why"]
         assert shown["dom-down"]["health"] == "unhealthy" and "down-00" in shown["dom-down"]["why"]
+        assert browser.console_errors(driver) == []
+
+
+def _held_cluster(now: float) -> list[dict[str, Any]]:
+    """Racks a and b of 4 trays: rack a runs two groups that end within the hour by their walltimes, rack b
+    one that states none; 'big' (4 pods, one rack's worth) has waited 20 minutes: rack a is held for it
+    until 'long' ends, 50 minutes from ``now``. The groups are the hold tests' (tests/domain/test_holds.py)."""
+    started = now - 600
+    objects = [*builders.rack("a", "aaaa-1111.7", 4), *builders.rack("b", "bbbb-2222.7", 4),
+               *_group("short", 2, runtime="30m", nodes=["a-00", "a-01"], created=started),
+               *_group("long", 2, runtime="1h", nodes=["a-02", "a-03"], created=started),
+               *_group("endless", 4, nodes=["b-00", "b-01", "b-02", "b-03"], created=started),
+               *_group("big", 4, created=now - 1200)]
+    for obj in objects:
+        if obj["kind"] == "Pod" and obj["status"].get("startTime"):
+            obj["status"]["startTime"] = rfc3339(started, "s")
+    return objects
+
+
+def test_a_held_domain_is_marked_held_on_the_map_with_the_group_it_is_held_for(tmp_path: Path) -> None:
+    """The map shows no held GPUs or expected start of its own (they are /inspect's, explain's and the
+    metrics'): the domain card names the group it is reserved for, marked ``(held)``, and the reservations
+    table gives the state ``held``."""
+    now = time.time()
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _held_cluster(now)}))
+    with serving.serve(tmp_path / "serve", "--cluster", str(cluster), "--max-holds", "1", "--hold-after", "60",
+                       "--housekeeping-interval", "1", ready_timeout=60) as served, \
+            browser.chromium(tmp_path / "profile", tmp_path / "serve" / "tls" / "tls.crt") as driver:
+        def inspect() -> dict[str, Any]:
+            body: dict[str, Any] = served.get("/inspect").json()
+            return body
+
+        body = _wait("hold rack a for ml/big (upkeep's timed round)",
+                     lambda: (b := inspect()) and any(r["state"] == "held" for r in b["reservations"]) and b)
+        (hold,) = [r for r in body["reservations"] if r["state"] == "held"]
+        assert (hold["name"], hold["domain"]) == ("ml/big", "aaaa-1111.7")
+        assert abs(parse_rfc3339(hold["expectedStart"]) - (now + 3000)) < 5, "when 'long' ends by its walltime"
+        assert {d["domain"]: d["heldGpus"] for d in body["domains"]} == {"aaaa-1111.7": 16, "bbbb-2222.7": 0}
+
+        driver.get(served.url + "/ui?refresh=1")
+        shown, _ = _drawn(driver, inspect, "draw the hold",
+                               lambda b: any(r["state"] == "held" for r in b["reservations"]))
+        assert shown["metas"]["aaaa-1111.7"].endswith("reserved for ml/big (held)"), shown["metas"]
+        assert "(held)" not in shown["metas"]["bbbb-2222.7"]
+        rows = driver.execute_script("""
+            return [...document.querySelectorAll('#reservations tr[data-group]')].map(
+              r => [...r.children].map(c => c.textContent));
+        """)
+        assert [(r[0], r[2]) for r in rows] == [("ml/big", "held")], rows
         assert browser.console_errors(driver) == []

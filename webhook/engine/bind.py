@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from webhook.domain.decisions import binding
 from webhook.domain.model import Pod, Reservation, Snapshot
 from webhook.domain.placement import plain_pods
+from webhook.engine import waits
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
 from webhook.engine.decision_log import decision_log, log
@@ -70,6 +71,8 @@ def bind(core: Core, namespace: str, name: str, uid: str, node: str) -> BindOutc
             raise
         if plan.reservation is not None and plan.reservation.placement_due(now):
             _placed(core, plan.reservation.group_id, now)
+        # After the binding: the bound pod shows in the snapshot (assumed), so the last member finds its job whole.
+        waits.report(core.waits, core.waits_reported, pod, plan, core.snapshot().members, core.clock())
     except DecisionError as exc:
         decision_log("bind", ref, node=node, outcome="error", reason=str(exc))
         raise

@@ -20,9 +20,10 @@ from webhook.domain.policy import Policy
 from webhook.engine.choices import Choices
 from webhook.engine.events import LogEvents, Reporter
 from webhook.engine.health_watch import HealthWatch
-from webhook.engine.ports import Attacher, Binder, EventSink, NoFabric, ReservationStore
+from webhook.engine.ports import Attacher, Binder, EventSink, NoFabric, NoWaitObserver, ReservationStore, WaitObserver
 from webhook.engine.refusals import Refusals
 from webhook.engine.segment_labels import SegmentLabels
+from webhook.engine.waits import Reported
 from webhook.errors import DecisionError
 from webhook.state.cluster import ClusterStore
 from webhook.state.node_sets import NodeSets
@@ -31,7 +32,8 @@ from webhook.state.node_sets import NodeSets
 class Core:
     def __init__(self, store: ClusterStore, reservations: ReservationStore, binder: Binder, policy: Policy, *,
                  attacher: Attacher | None = None, events: EventSink | None = None, holder: str = "",
-                 bind_budget: float = 20.0, clock: Callable[[], float] = time.time) -> None:
+                 bind_budget: float = 20.0, clock: Callable[[], float] = time.time,
+                 waits: WaitObserver | None = None) -> None:
         self.store = store
         self.reservations = reservations
         self.binder = binder
@@ -44,6 +46,9 @@ class Core:
         # Kubernetes Events about pods and ComputeDomains (webhook.engine.events); never blocks, never raises.
         self.events: EventSink = events if events is not None else LogEvents()
         self.report = Reporter(self.events, policy)
+        # How long each group waited to run whole, counted once per job by its last bind (webhook.engine.waits).
+        self.waits: WaitObserver = waits if waits is not None else NoWaitObserver()
+        self.waits_reported = Reported()
         self.node_sets = NodeSets()  # what filters derive from the nodes, once per node generation
         self.health_watch = HealthWatch()  # running groups whose domain changes health (housekeeping)
         self._snapshot: tuple[Snapshot, Mapping[str, Reservation], Snapshot] | None = None

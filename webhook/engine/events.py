@@ -1,10 +1,11 @@
 """What the engine tells Kubernetes Events about, as plain data (docs/OPERATING.md, "Events").
 
 The engine reports what happened to a pod and to its ComputeDomain as ``Occurrence``s through an
-``EventSink``: a group got its domain, no domain can host it, a fabric attach started, succeeded or
-failed, a reservation expired or was released. In Kubernetes mode the recorder of
-``webhook.adapters.kube.events`` turns them into events.k8s.io/v1 Events (aggregated into series,
-rate-limited, written by a background thread); embedded mode writes them to the decision log.
+``EventSink``: a group got its domain, no domain can host it (or only one held for another group, where it
+cannot backfill), a fabric attach started, succeeded or failed, a reservation expired or was released. In
+Kubernetes mode the recorder of ``webhook.adapters.kube.events`` turns them into events.k8s.io/v1 Events
+(aggregated into series, rate-limited, written by a background thread); embedded mode writes them to the
+decision log.
 
 A sink never blocks and never raises, and ``Reporter`` catches whatever building an occurrence might
 raise: an Event is a courtesy to the operator, never a reason for the extender to answer late or fail.
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from webhook.domain.groups import grouping
 from webhook.domain.health import DomainHealth
+from webhook.domain.jobs.held_out import HeldOut
 from webhook.domain.jobs.resolution import Context
 from webhook.domain.model import Catalog, ComputeDomain, Group, Pod, Reservation, Snapshot
 from webhook.domain.placement.placement import members_summary
@@ -30,6 +32,7 @@ from webhook.engine.occurrences import (
     FABRIC_ATTACH_FAILED,
     FABRIC_ATTACH_STARTED,
     FABRIC_ATTACHED,
+    NO_BACKFILL,
     NO_DOMAIN_FITS,
     REPLACEMENT_WAITING,
     RESERVATION_EXPIRED,
@@ -113,6 +116,15 @@ class Reporter:
             self._emit(NO_DOMAIN_FITS, ctx.reason, pod, self._domain_of(pod, catalog, ctx.group))
         except Exception:
             log.exception("could not report that no domain fits pod %s", pod.ref)
+
+    def no_backfill(self, pod: Pod, group: Group, found: Sequence[HeldOut], catalog: Catalog) -> None:
+        """``group`` was refused because of the holds ``found``, where its walltime lets it not backfill."""
+        try:
+            if found:
+                note = "; ".join(h.note for h in found)
+                self._emit(NO_BACKFILL, note, pod, self._domain_of(pod, catalog, group))
+        except Exception:
+            log.exception("could not report the held domains that kept pod %s out", pod.ref)
 
     def replacement_waiting(self, pod: Pod, group: Group, note: str, catalog: Catalog) -> None:
         """A replacement of a running group's member waits in the group's domain (``repair.waiting``)."""

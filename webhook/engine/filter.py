@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from webhook.domain.decisions import filtering, scoring
+from webhook.domain.jobs import held_out, holds
 from webhook.domain.jobs.resolution import Context
-from webhook.domain.model import Node, Pod, Reservation
+from webhook.domain.model import Catalog, Node, Pod, Reservation
 from webhook.domain.placement import repair
 from webhook.engine.choices import DomainArbiter
 from webhook.engine.core import Core
@@ -68,13 +69,32 @@ def _settle(core: Core, pod: Pod, candidates: Sequence[str], node_view: NodeView
         if repairing is not None and group is not None:
             core.report.replacement_waiting(pod, group, repairing, core.store.snapshot().catalog)
         elif result.outcome == "no-domain":
-            core.report.no_domain(pod, ctx, core.store.snapshot().catalog)
+            catalog = core.store.snapshot().catalog
+            core.report.no_domain(pod, ctx, catalog)
+            _held_out(core, pod, candidates, ctx, catalog)
         decision_log(
             "filter", pod.ref, group=group.id if group else None, domain=ctx.domain,
             outcome=result.outcome, passed=len(result.passed), failed=len(result.failed),
             unresolvable=len(result.unresolvable), reason=ctx.reason,
         )
     return result
+
+
+def _held_out(core: Core, pod: Pod, candidates: Sequence[str], ctx: Context, catalog: Catalog) -> None:
+    """Tell a refused group about the held domains that kept it out (``held_out``): what it would take to
+    backfill there. Only where a hold of another job is live: the search asks the choice again per hold."""
+    group = ctx.group
+    if group is None or ctx.resolution.problems or ctx.waiting:
+        return
+    inputs = core.decision_inputs()
+    if not any(holds.is_hold(r) for r in inputs.live.values()):
+        return
+    try:
+        found = held_out.held_out(pod, group, ctx.resolution.size, ctx.demand, inputs, candidates)
+    except Exception:  # an Event is a courtesy: never a reason for the filter to fail
+        log.exception("could not find the held domains that kept pod %s out", pod.ref)
+        return
+    core.report.no_backfill(pod, group, found, catalog)
 
 
 def _repair_note(core: Core, pod: Pod, ctx: Context) -> str | None:

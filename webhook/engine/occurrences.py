@@ -36,9 +36,12 @@ DOMAIN_RECOVERED = Reason("DomainRecovered", NORMAL, "WatchDomainHealth")
 REPLACEMENT_WAITING = Reason("ReplacementWaiting", WARNING, "RepairInDomain")
 # Domains held for a group that waited longest, until its room is expected (webhook.domain.jobs.holds).
 DOMAIN_HELD = Reason("DomainHeld", NORMAL, "HoldDomain")
+# A group refused because a domain it would fit is held for another, and its walltime (none, or one too long)
+# does not let it backfill there (webhook.domain.jobs.held_out): what its owner can change.
+NO_BACKFILL = Reason("NoBackfill", WARNING, "ReserveDomain")
 REASONS = (DOMAIN_RESERVED, NO_DOMAIN_FITS, RESERVATION_EXPIRED, RESERVATION_RELEASED, FABRIC_ATTACH_STARTED,
            FABRIC_ATTACHED, FABRIC_ATTACH_FAILED, DOMAIN_DEGRADED, DOMAIN_UNHEALTHY, DOMAIN_RECOVERED,
-           REPLACEMENT_WAITING, DOMAIN_HELD)
+           REPLACEMENT_WAITING, DOMAIN_HELD, NO_BACKFILL)
 
 # Why an occurrence never became an Event (label values of imex_webhook_events_dropped_total).
 DROP_REASONS = ("queue-full", "rate-limited", "rejected", "unavailable")

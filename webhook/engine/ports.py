@@ -13,7 +13,8 @@ implements these and one line of wiring.
   engine writes.
 - ``Binder``: creates bindings. ``Attacher``: attach-before-bind (``webhook.engine.attacher`` implements it
   over a ``FabricManager``). ``Nudger``: makes kube-scheduler retry a pod. ``EventSink``: Events.
-- ``Observer``: who counts fabric attaches and clean-ups (``/metrics``).
+- ``Observer``: who counts fabric attaches and clean-ups (``/metrics``); ``WaitObserver``: who counts how
+  long groups waited to run whole.
 """
 
 from __future__ import annotations
@@ -212,6 +213,17 @@ class NoObserver:
         pass
 
     def cleanup(self, what: str) -> None:
+        pass
+
+
+class WaitObserver(Protocol):
+    """Counts how long each group waited before it ran whole (``webhook.engine.waits``; ``/metrics``)."""
+
+    def group_waited(self, size_class: str, seconds: float) -> None: ...
+
+
+class NoWaitObserver:
+    def group_waited(self, size_class: str, seconds: float) -> None:
         pass
 
 

@@ -1,8 +1,8 @@
 """Prometheus metrics, one registry per app so that tests and several apps in one process do not collide.
 
 ``Metrics`` is the observer, built first: the registry and the counters every part reports to as it works
-(requests, decisions, fabric attaches and clean-ups, dropped connections). What is read from the cluster at
-scrape time is ``webhook.http.cluster_metrics.ClusterMetrics``, a collector built once the engine exists.
+(requests, decisions, fabric attaches and clean-ups, dropped connections, groups' waits). What is read from
+the cluster at scrape time is ``webhook.http.cluster_metrics.ClusterMetrics``, a collector built once the engine exists.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from webhook.domain.groups.waits import CLASSES
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,12 @@ def verb_of(path: str) -> str:
 
 # Extender calls sit on the scheduler's serial cycle: the interesting range is sub-millisecond to seconds.
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+# A group's wait to run whole (webhook.domain.groups.waits): seconds for a group that finds room, up to a day
+# and more for a large one held behind running groups' walltimes (docs/SCHEDULER.md, "Holds and backfill").
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 16 * 3600,
+                24 * 3600, 48 * 3600)
 
 
 # Why the server drops a connection (webhook.serving.closing, webhook.serving.conn_limits).
@@ -59,9 +67,15 @@ class Metrics:
             "imex_webhook_connections_dropped_total", "Connections the server dropped, by why: a missed "
             "deadline (handshake, header, body, write), too many pipelined requests, or a connection cap "
             "(docs/HARDENING.md, \"Connection limits\")", ["reason"], registry=self.registry)
+        self.group_wait = Histogram(
+            "imex_webhook_group_wait_seconds", "Seconds from a group's earliest member's creation to the bind of "
+            "its last member (the group runs whole), by size class in pods; a job in segments over several "
+            "domains is multi-domain", ["size_class"], buckets=WAIT_BUCKETS, registry=self.registry)
         # Every series from the start: a rate over a series that appears with its first drop misses that drop.
         for reason in CONNECTION_DROP_REASONS:
             self.connections_dropped.labels(reason)
+        for size_class in CLASSES:
+            self.group_wait.labels(size_class)
 
     def count(self, path: str, status: int) -> None:
         """One reply, whoever produced it: the app's views and error handlers, or the server refusing a
@@ -82,3 +96,7 @@ class Metrics:
 
     def cleanup(self, what: str) -> None:
         self.cleanups.labels(what).inc()
+
+    # The WaitObserver protocol (webhook.engine.ports): the bind of a group's last member reports here.
+    def group_waited(self, size_class: str, seconds: float) -> None:
+        self.group_wait.labels(size_class).observe(seconds)

@@ -97,7 +97,7 @@ def build(settings: Settings, tls_ready: Check | None = None, cluster_objects: l
                                 node_agents=_node_agents(cluster, embedded), max_response=fabric.max_response)
     engine = Engine(store, backend.reservations, backend.binder, policy,
                     attacher=parts.attacher if parts is not None else None, events=backend.events,
-                    holder=settings.cluster.holder, bind_budget=settings.limits.bind_budget)
+                    holder=settings.cluster.holder, bind_budget=settings.limits.bind_budget, waits=metrics)
     liveness: dict[str, Check] = {}
     app = create_app(engine, backend, metrics, settings.limits.max_body, tls_ready or always_ready,
                      checks={"fabric": parts.fabric.ready} if parts is not None else None, liveness=liveness,
