@@ -114,6 +114,36 @@ def test_a_job_in_segments_holds_one_domain_per_segment_and_starts_when_the_last
     assert {r.expected_start for r in made} == {T0 + 3 * 3600} and all(holds.is_hold(r) for r in made)
 
 
+@pytest.mark.parametrize(("c_runtime", "domains", "start"), [
+    ("65m", {B, C}, T0 + 65 * 60),  # 5 minutes later for the job spares rack a idle for 40
+    ("3h", {A, B}, T0 + 3600),  # two hours later costs more than rack a idle for 40 minutes
+], ids=["idle-rack-spared", "idle-rack-held-when-waiting-costs-more"])
+def test_a_job_in_segments_starts_a_little_later_rather_than_hold_an_idle_domain(c_runtime: str, domains: set[str],
+                                                                                  start: float) -> None:
+    objects = [*builders.rack("a", A, 4), *builders.rack("b", B, 4), *builders.rack("c", C, 4),
+               *_group("rb", 4, runtime="1h", nodes=["b-00", "b-01", "b-02", "b-03"]),
+               *_group("rc", 4, runtime=c_runtime, nodes=["c-00", "c-01", "c-02", "c-03"]),
+               *_group("wide", 8, created=T0 - 1000, segment=4)]
+    snap = builders.snapshot(objects)
+    entry = next(w for w in _waiting(snap) if w.group.name.startswith("wide"))
+    planned = holds.plan(entry, snap, {}, POLICY, NOW)
+    assert planned is not None and set(planned.domains) == domains and planned.start == start
+
+
+def test_the_idle_room_of_a_hold_counts_what_is_free_now_and_what_frees_before_the_start() -> None:
+    snap = _racks(_group("one", 1, runtime="1h", nodes=["a-00"]),
+                  _group("two", 2, runtime="2h", nodes=["b-00", "b-01"]))
+    gpus = snap.nodes["a-00"].gpus
+    ends = holds.endings(snap, POLICY, NOW)
+    until = T0 + 2 * 3600
+    # rack a: 3 nodes free now, the 4th from T0 + 1h; a hold of 4 nodes keeps all of it
+    assert holds._idle(A, snap, ends, POLICY, 4 * gpus, NOW, until) == 3 * gpus * (until - NOW) + gpus * 3600
+    # a hold of 2 nodes keeps 2 of what is free
+    assert holds._idle(A, snap, ends, POLICY, 2 * gpus, NOW, until) == 2 * gpus * (until - NOW)
+    # rack b: 2 nodes free now; its group ends at ``until``, which idles nothing before then
+    assert holds._idle(B, snap, ends, POLICY, 4 * gpus, NOW, until) == 2 * gpus * (until - NOW)
+
+
 def test_a_domain_already_held_for_another_group_is_not_held_twice() -> None:
     snap = _racks(_group("ra", 4, runtime="1h", nodes=["a-00", "a-01", "a-02", "a-03"]),
                   _group("rb", 4, runtime="3h", nodes=["b-00", "b-01", "b-02", "b-03"]),

@@ -161,9 +161,11 @@ def job(namespace: str, name: str, parallelism: int) -> dict[str, Any]:
 
 def pod(namespace: str, name: str, *, gpus: int = 0, claims: list[dict[str, str]] | None = None,
         annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-        owner: dict[str, Any] | None = None, priority_class: str | None = None) -> dict[str, Any]:
+        owner: dict[str, Any] | None = None, priority_class: str | None = None,
+        active_deadline: int | None = None) -> dict[str, Any]:
     """A pod as a controller creates it: ``claims`` are ``spec.resourceClaims`` entries, used by the one
-    container; ``gpus`` is a device-plugin ``nvidia.com/gpu`` limit."""
+    container; ``gpus`` is a device-plugin ``nvidia.com/gpu`` limit; ``active_deadline`` its
+    ``activeDeadlineSeconds``."""
     container: dict[str, Any] = {"name": "main", "image": "registry.invalid/train:1",
                                  "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
     if gpus:
@@ -174,6 +176,8 @@ def pod(namespace: str, name: str, *, gpus: int = 0, claims: list[dict[str, str]
         container["resources"]["claims"] = [{"name": c["name"]} for c in claims]
     if priority_class:
         spec["priorityClassName"] = priority_class
+    if active_deadline is not None:
+        spec["activeDeadlineSeconds"] = active_deadline
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {}),
                             "annotations": dict(annotations or {})}
     if owner is not None:

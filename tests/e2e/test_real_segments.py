@@ -22,20 +22,10 @@ BLOCK = "network.example.com/block"
 
 def _job(cluster: RealCluster, ns: str, name: str, pods: int, per: int | None,
          placement: str | None = None) -> list[str]:
-    body = objects.computedomain(ns, name, pods)
-    body["metadata"]["annotations"] = {keys.SEGMENT_SIZE_ANNOTATION: str(per)} if per else {}
+    annotations = {keys.SEGMENT_SIZE_ANNOTATION: str(per)} if per else {}
     if placement:
-        body["metadata"]["annotations"][keys.PLACEMENT_ANNOTATION] = placement
-    cd = cluster.api.create(body)
-    cluster.api.create(objects.channel_template(ns, name, cd["metadata"]["uid"]))
-    job = cluster.api.create(objects.job(ns, name, pods))
-    names = []
-    for rank in range(pods):  # as the Indexed Job controller makes them: the index as annotation and label
-        index = {keys.COMPLETION_INDEX: str(rank)}
-        cluster.api.create(objects.pod(ns, f"{name}-{rank}", gpus=GPUS_PER_NODE, claims=[scenario.channel(name)],
-                                       annotations=index, labels=index, owner=job))
-        names.append(f"{name}-{rank}")
-    return names
+        annotations[keys.PLACEMENT_ANNOTATION] = placement
+    return scenario.indexed_job(cluster, ns, name, pods, annotations)
 
 
 def _racks_by_segment(placed: dict[str, str], per: int) -> list[set[str]]:

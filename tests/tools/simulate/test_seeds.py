@@ -12,7 +12,7 @@ import pytest
 
 from webhook.tools import cli
 from webhook.tools.simulate import seeds, simulation, workload
-from webhook.tools.simulate.report import TIMING_KEYS
+from webhook.tools.simulate.report import TIMING_KEYS, wait_percentiles
 from webhook.tools.stats import percentile
 
 # Six cliques of six trays with multi-rack jobs: every size class, in seconds per seed.
@@ -121,25 +121,71 @@ def test_the_pooled_reading_is_every_started_jobs_wait_over_the_seeds(combined: 
             assert pooled["started"] == len(every) == sum(c["started"] for c in cells)
             assert pooled["submitted"] == sum(c["submitted"] for c in cells)
             assert pooled["wait_p99_minutes"] == (percentile(every, 99) if every else None)
+            assert pooled["wait_p100_minutes"] == (max(every) if every else None)
+            longest = [c["wait_p100_minutes"] for c in cells if c["wait_p100_minutes"] is not None]
+            assert pooled["wait_p100_minutes"] == (pytest.approx(max(longest), abs=1e-4) if longest else None)
     verdict = result["against_peer"]["imex-webhook"]["pooled"]
     for cls in result["classes"]:
         assert verdict[cls] == seeds.compare(result["pooled"]["imex-webhook"][cls], result["pooled"]["gang-tas"][cls])
     assert "| pooled |" in text and "Pooled over the seeds" in text
 
 
-@pytest.mark.parametrize(("waits", "started", "p99"), [
-    ([[1.0, 2.0], [3.0]], 3, percentile([1.0, 2.0, 3.0], 99)),
-    ([[], [5.0]], 1, 5.0),  # one seed started none of the class
-    ([[], []], 0, None),
-    ([[0.0] * 99, [100.0]], 100, percentile([0.0] * 99 + [100.0], 99)),  # the longest wait on one seed
-], ids=["two-seeds", "one-seed-empty", "none-started", "one-long-wait"])
+@pytest.mark.parametrize(("waits", "started", "p99", "p100"), [
+    ([[1.0, 2.0], [3.0]], 3, 3.0, 3.0),
+    ([[], [5.0]], 1, 5.0, 5.0),  # one seed started none of the class
+    ([[], []], 0, None, None),
+    ([[0.0] * 99, [100.0]], 100, 0.0, 100.0),  # the longest wait on one seed: p99 misses it, p100 does not
+    ([[7.0] * 150, [1.0, 300.0, 2.0]], 153, 7.0, 300.0),  # the longest wait not last in its seed's list
+    ([[float(i) for i in range(200)], [50.0]], 201, 197.0, 199.0),  # p99 by nearest rank: the 199th of 201
+], ids=["two-seeds", "one-seed-empty", "none-started", "one-long-wait", "unsorted-seed", "nearest-rank"])
 def test_pooling_sums_the_counts_and_takes_percentiles_over_all_waits(waits: list[list[float]], started: int,
-                                                                      p99: float | None) -> None:
+                                                                      p99: float | None, p100: float | None) -> None:
     cells = [{"submitted": len(w) + 1, "completed": len(w), "split": 0, "stuck": 1, "started": len(w),
               "waits_minutes": w} for w in waits]
     pooled = seeds.pool(cells)
     assert pooled["started"] == started and pooled["submitted"] == started + len(waits)
     assert pooled["stuck"] == len(waits) and pooled["wait_p99_minutes"] == p99
+    assert pooled["wait_p100_minutes"] == p100
+
+
+@pytest.mark.parametrize(("waits", "expected"), [
+    ([], {"wait_p50_minutes": None, "wait_p90_minutes": None, "wait_p99_minutes": None, "wait_p100_minutes": None}),
+    ([4.0], {"wait_p50_minutes": 4.0, "wait_p90_minutes": 4.0, "wait_p99_minutes": 4.0, "wait_p100_minutes": 4.0}),
+    ([9.0, 1.0, 5.0], {"wait_p50_minutes": 5.0, "wait_p90_minutes": 9.0, "wait_p99_minutes": 9.0,
+                       "wait_p100_minutes": 9.0}),
+    ([0.0] * 199 + [60.0], {"wait_p50_minutes": 0.0, "wait_p90_minutes": 0.0, "wait_p99_minutes": 0.0,
+                            "wait_p100_minutes": 60.0}),
+], ids=["none", "one", "unsorted", "one-in-two-hundred"])
+def test_every_class_reports_its_longest_wait_as_p100(waits: list[float], expected: dict[str, float | None]) -> None:
+    assert wait_percentiles(waits) == expected
+
+
+@pytest.mark.parametrize(("cell", "shown"), [
+    ({"wait_p50_minutes": 1.0, "wait_p90_minutes": 2.0, "wait_p99_minutes": 3.0, "wait_p100_minutes": 45.25,
+      "started": 5, "submitted": 5}, "1.0 / 2.0 / 3.0 / 45.2"),
+    ({"wait_p50_minutes": 1.0, "wait_p90_minutes": 2.0, "wait_p99_minutes": 3.0, "wait_p100_minutes": 80.0,
+      "started": 4, "submitted": 5}, "1.0 / 2.0 / 3.0 / 80.0 (4/5)"),
+    ({"wait_p50_minutes": None, "wait_p90_minutes": None, "wait_p99_minutes": None, "wait_p100_minutes": None,
+      "started": 0, "submitted": 0}, "- / - / - / -"),
+], ids=["all-started", "some-left", "empty-class"])
+def test_the_tables_show_the_longest_wait_after_the_p99(cell: dict[str, Any], shown: str) -> None:
+    assert seeds._waits_of_started(cell) == shown
+
+
+def test_the_pooled_table_shows_each_classs_longest_wait(combined: tuple[Path, dict[str, Any]]) -> None:
+    out, result = combined
+    text = (out / "seeds.md").read_text()
+    pooled_part = text[text.index("Pooled over the seeds"):]
+    for policy in POLICIES:
+        row = next(line for line in pooled_part.splitlines() if line.startswith(f"| {policy} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        for cls, cell in zip(result["classes"], cells, strict=True):
+            longest = result["pooled"][policy][cls]["wait_p100_minutes"]
+            assert cell.split(" (")[0].split(" / ")[3] == ("-" if longest is None else f"{longest:.1f}"), (policy, cls)
+        totals = result["pooled_totals"][policy]
+        rows = [result["policies"][policy][str(s)] for s in result["seeds"]]
+        assert totals["stuck"] == sum(r["stuck"] for r in rows) and totals["split"] == sum(r["split"] for r in rows)
+        assert totals["utilisation_useful_mean"] == pytest.approx(sum(r["utilisation_useful"] for r in rows) / 2)
 
 
 def _cls(started: int, p99: float | None, submitted: int = 10) -> dict[str, Any]:

@@ -11,8 +11,13 @@ Here:
 - A hold is the group's reservation made before its room exists, with the time its room is expected
   (``Reservation.expected_start``): the earliest moment at which the running groups of a domain, ending by
   their walltimes (``webhook.domain.groups.walltime``), leave room for it. A group without a walltime never
-  ends for planning. Among domains with the same start (to ``RESOLUTION``), busier ones are held first, so
-  idle ones stay usable. A job in segments holds one domain per segment and starts when the last does.
+  ends for planning. A job in segments holds one domain per segment and starts when the last does.
+- Which domains: those whose held room would sit idle least until the start (GPU-time: what is free now and
+  what frees before then, at most what the hold keeps), so idle ones stay usable (Slurm's ``bf_busy_nodes``;
+  between domains with the same start the busier one is held). The start is the earliest one (the last of the
+  segments' earliest starts), unless a later one spares more idle GPU-time than the job loses by waiting
+  (its GPUs times the delay): a job in three segments waits five more minutes rather than hold an idle rack
+  for an hour (``plan``).
 - A held reservation takes the domain's capacity as it frees, as any reservation does: nothing new starts
   there, except a group that fits beside what the hold needs, or a backfill group whose walltime ends before
   the hold's expected start (``visible``). A group with no walltime never backfills.
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from webhook.domain.groups import grouping, segments, walltime
 from webhook.domain.inputs import DecisionInputs
 from webhook.domain.model import Demand, Group, Pod, Reservation, Snapshot
-from webhook.domain.placement import placement, vacated
+from webhook.domain.placement import capacity, placement, vacated
 from webhook.domain.policy import Policy
 
 RESOLUTION = 60.0  # seconds: starts closer than this are taken as equal (Slurm's bf_resolution)
@@ -137,13 +142,14 @@ class Ending:
     end: float
     pods: tuple[Pod, ...]
     domains: frozenset[str]
+    group_id: str = ""
 
 
 def endings(snapshot: Snapshot, policy: Policy, now: float) -> list[Ending]:
     """Every running group that states a walltime, by when it ends: each group resolved once, whatever the
     domains asked about."""
     out: list[Ending] = []
-    for members in snapshot.members.values():
+    for group_id, members in snapshot.members.items():
         running = [m for m in members if m.pod.node_name and not m.pod.terminated]
         if not running:
             continue
@@ -155,7 +161,8 @@ def endings(snapshot: Snapshot, policy: Policy, now: float) -> list[Ending]:
         if end < now and not bound.enforced:
             continue  # ran past what its owner stated: planned around, as a group that states nothing
         domains = frozenset(d for m in running if (n := snapshot.nodes.get(m.pod.node_name or "")) and (d := n.domain))
-        out.append(Ending(max(end, now), tuple(m.pod for m in running), domains))  # past an enforced bound: any moment
+        # Past an enforced bound it ends any moment.
+        out.append(Ending(max(end, now), tuple(m.pod for m in running), domains, group_id))
     return sorted(out, key=lambda e: e.end)
 
 
@@ -167,37 +174,84 @@ def earliest_start(domain: str, group: Group, need: Demand, pods: int, snapshot:
     when the caller asks about several domains."""
     here = [e for e in (ends if ends is not None else endings(snapshot, policy, now)) if domain in e.domains]
     gone: dict[str, Pod] = {}
-    for when, ending in [(now, ()), *((e.end, e.pods) for e in here)]:
-        gone.update((p.uid, p) for p in ending)
+    ended: set[str] = set()
+    for when, ending in [(now, None), *((e.end, e) for e in here)]:
+        if ending is not None:
+            gone.update((p.uid, p) for p in ending.pods)
+            ended.add(ending.group_id)
         by_node: dict[str, list[str]] = {}
         for pod in gone.values():
             by_node.setdefault(pod.node_name or "", []).append(pod.uid)
         after = vacated.without_victims(snapshot, by_node, gone, policy) if gone else snapshot
-        if placement.offer(domain, group, need, pods, after, placement.holds(after, others, group.id)).pods >= pods:
+        # An ended group's reservation goes with it (housekeeping releases it): its room is not kept for it.
+        left = {g: r for g, r in others.items() if g not in ended} if ended else others
+        if placement.offer(domain, group, need, pods, after, placement.holds(after, left, group.id)).pods >= pods:
             return when
     return None
 
 
 def plan(entry: Waiting, snapshot: Snapshot, others: Mapping[str, Reservation], policy: Policy,
          now: float) -> Plan | None:
-    """The domains to hold for ``entry`` and when it starts there; None when no walltime stated makes room."""
+    """The domains to hold for ``entry`` and when it starts there; None when no walltime stated makes room.
+
+    The earliest start ``first`` is when the ``count``-th domain (one per segment) can host its part. A
+    start ``later`` is taken instead only where the room its holds keep idle meanwhile (``idle``) shrinks by
+    more than the GPU-time the job loses by waiting: ``idle(later) + gpus x (later - first) < idle(first)``.
+    At every start, the domains whose held room sits idle least are held (then the later to free, the
+    busier, the name)."""
     group, need = entry.group, entry.need
     seg = group.segment
     count, per = (seg.count, seg.size) if seg is not None else (1, entry.size)
     held_domains = {r.domain for r in others.values() if is_hold(r)}  # one hold per domain
     ends = endings(snapshot, policy, now)
-    starts = []
+    starts: dict[str, float] = {}
     for domain in sorted(snapshot.domains):
         if domain in held_domains:
             continue
         start = earliest_start(domain, group, need, per, snapshot, others, policy, now, ends)
         if start is not None:
-            busy = sum(snapshot.used_gpus.get(n, 0) for n in snapshot.domains[domain])
-            starts.append((round(start / RESOLUTION), -busy, domain, start))
+            starts[domain] = start
     if len(starts) < count:
         return None
-    chosen = sorted(starts)[:count]
-    return Plan(tuple(d for _, _, d, _ in chosen), max(s for _, _, _, s in chosen))
+    ordered = sorted(starts.values())
+    first = ordered[count - 1]
+    wanted = per * need.gpus  # the GPUs a hold keeps in each domain (a shorter last segment: fewer)
+    best: tuple[float, float, tuple[str, ...]] | None = None
+    for later in dict.fromkeys(ordered[count - 1:]):  # the earliest start, then each later one
+        delay = max(later - first, 0.0) * wanted * count
+        if best is not None and delay >= best[0]:
+            break  # waiting longer costs more than any idle room it could spare
+        until = max(later, now)
+        ready = [d for d, s in starts.items() if round(s / RESOLUTION) <= round(later / RESOLUTION)]
+        idle = {d: _idle(d, snapshot, ends, policy, wanted, now, until) for d in ready}
+        busy = {d: sum(snapshot.used_gpus.get(n, 0) for n in snapshot.domains[d]) for d in ready}
+        chosen = tuple(sorted(ready, key=lambda d: (idle[d], -starts[d], -busy[d], d))[:count])
+        cost = sum(idle[d] for d in chosen) + delay
+        if best is None or cost < best[0]:
+            best = (cost, max(starts[d] for d in chosen), chosen)
+    assert best is not None
+    _, start, chosen = best
+    return Plan(chosen, start)
+
+
+def _idle(domain: str, snapshot: Snapshot, ends: list[Ending], policy: Policy, wanted: int, now: float,
+          until: float) -> float:
+    """GPU-seconds of the room a hold of ``wanted`` GPUs keeps in ``domain`` that sit idle from ``now`` until
+    ``until``: the GPUs free now, then those the running groups free by their walltimes, at most ``wanted``.
+    An estimate: a backfill group may use some of it."""
+    nodes = {n: snapshot.nodes[n] for n in snapshot.domains[domain] if n in snapshot.nodes}
+    free = sum(max(node.gpus - snapshot.used_gpus.get(name, 0), 0) for name, node in nodes.items())
+    total, since = 0.0, now
+    for ending in ends:
+        if ending.end >= until:
+            break
+        if domain not in ending.domains:
+            continue
+        total += min(free, wanted) * (ending.end - since)
+        since = ending.end
+        free += sum(capacity.demand(pod, snapshot.catalog, policy).gpus for pod in ending.pods
+                    if pod.node_name in nodes)
+    return total + min(free, wanted) * max(until - since, 0.0)
 
 
 def holds_for(entry: Waiting, planned: Plan, now: float, holder: str) -> list[Reservation]:

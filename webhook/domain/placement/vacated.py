@@ -19,7 +19,8 @@ def without_victims(snapshot: Snapshot, candidates: Mapping[str, Sequence[str]],
                     policy: Policy) -> Snapshot:
     """The snapshot as it would be once every candidate's victims are gone: their GPUs free, their groups
     and ComputeDomains off the node unless another pod of theirs stays (the driver's ComputeDomain node
-    label too), and no longer members of their groups. Only victims we know, bound to that node, count."""
+    label and the allocated channel claims too), and no longer members of their groups. Only victims we
+    know, bound to that node, count."""
     gone: dict[str, list[Pod]] = {}
     for name, uids in candidates.items():
         if name not in snapshot.nodes:
@@ -58,6 +59,7 @@ def without_victims(snapshot: Snapshot, candidates: Mapping[str, Sequence[str]],
     nodes = dict(snapshot.nodes)
     node_groups = dict(snapshot.node_groups)
     node_cds = dict(snapshot.node_compute_domains)
+    claims = dict(snapshot.imex_holds)
     for name in gone:
         left = evicted_groups[name] - staying_groups[name]
         node_groups[name] = frozenset(snapshot.node_groups.get(name, frozenset()) - left)
@@ -66,5 +68,10 @@ def without_victims(snapshot: Snapshot, candidates: Mapping[str, Sequence[str]],
         if nodes[name].compute_domain in freed:
             # The driver takes its label off once the ComputeDomain's last pod on the node is gone.
             nodes[name] = replace(nodes[name], compute_domain=None)
+        if name in claims:
+            # And the channel claims its pods were allocated go with them (a template's claims are deleted with
+            # their pod); a claim no ComputeDomain is known for stays: nothing says whose it is.
+            claims[name] = frozenset(claims[name] - freed)
     return replace(snapshot, nodes=nodes, used_gpus=used, node_groups=node_groups,
-                   node_compute_domains=node_cds, members={g: ms for g, ms in members.items() if ms})
+                   node_compute_domains=node_cds, imex_holds=claims,
+                   members={g: ms for g, ms in members.items() if ms})

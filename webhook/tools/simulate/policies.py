@@ -42,6 +42,7 @@ from webhook.adapters.embedded import bind_locally, label_locally
 from webhook.adapters.memory import MemoryReservationStore
 from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Node, Pod
+from webhook.domain.policy import DEFAULT_HOLD_AFTER, DEFAULT_HOLD_TIMEOUT
 from webhook.domain.policy import Policy as EnginePolicy
 from webhook.engine.engine import Engine
 from webhook.service import deploy
@@ -56,11 +57,12 @@ from webhook.wire.timestamps import rfc3339
 
 @dataclass(frozen=True)
 class Holds:
-    """The hold knobs ``imex-webhook`` runs with (docs/SCHEDULER.md, "Holds and backfill")."""
+    """The hold knobs ``imex-webhook`` runs with (docs/SCHEDULER.md, "Holds and backfill"): the service's
+    defaults, with holds on (``serve`` leaves them off: docs/SIMULATE.md says what they cost)."""
 
     max_holds: int = 1
-    hold_after: float = 600.0
-    hold_timeout: float = 4 * 3600.0
+    hold_after: float = DEFAULT_HOLD_AFTER
+    hold_timeout: float = DEFAULT_HOLD_TIMEOUT
 
 
 HOLDS = Holds()

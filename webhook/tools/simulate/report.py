@@ -7,8 +7,8 @@ over the drain at the end: *useful* counts GPUs of the runs that completed whole
 cut short by a restart is lost work, not useful), *held* every GPU bound to a pod (including partial
 placements, split jobs and runs later lost). Queueing delay (every wait of a job: from its arrival, and
 from each restart, until it runs) is also given per job-size class (``workload.SIZE_CLASSES``: median,
-p90 and p99 over the jobs that started, with how many did), with the restarts, the runs lost to a
-degraded fabric and the useful utilisation of each class. ComputeDomain jobs that asked for an NVLink
+p90, p99 and p100 (the longest) over the jobs that started, with how many did), with the restarts, the
+runs lost to a degraded fabric and the useful utilisation of each class. ComputeDomain jobs that asked for an NVLink
 domain of their own (``Params.exclusive_share``) and the others are counted apart too (``compute_domains``),
 to see who pays for exclusivity.
 Fields whose name starts with ``decision_`` or ends in ``wall_seconds`` are wall-clock timings;
@@ -59,9 +59,13 @@ def _wait_minutes(s: JobState) -> float | None:
     return s.waited / 60 if s.started is not None else None
 
 
+WAIT_QUANTILES = (50, 90, 99, 100)  # p100: the longest wait, what "never starves" is about
+
+
 def wait_percentiles(waits: list[float]) -> dict[str, float | None]:
-    """The median, p90 and p99 of the waits in minutes, as every class's figures name them (None: no wait)."""
-    return {f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in (50, 90, 99)}
+    """The median, p90, p99 and p100 (the longest) of the waits in minutes, as every class's figures name them
+    (None: no wait)."""
+    return {f"wait_p{q}_minutes": percentile(waits, q) if waits else None for q in WAIT_QUANTILES}
 
 
 def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, float],
@@ -69,8 +73,9 @@ def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, 
     """Per job-size class (``workload.SIZE_CLASSES``, and ``workload.RACK_CLASS`` when the stream has
     multi-rack jobs): jobs submitted, started, completed, split (of the completed), stuck and pending;
     restarts, runs lost to a degraded fabric (of those restarts) and GPU-hours lost; the useful utilisation
-    (share of all GPUs); and the median, p90 and p99 wait in minutes until the job runs, over the jobs that
-    started (``None``: none did; jobs that never ran are not in the percentiles, so read them with that count)."""
+    (share of all GPUs); and the median, p90, p99 and p100 (longest) wait in minutes until the job runs, over
+    the jobs that started (``None``: none did; jobs that never ran are not in the percentiles, so read them
+    with that count)."""
     out: dict[str, dict[str, Any]] = {}
     for label in workload.class_labels(jobs):
         pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if workload.job_class(j) == label]
@@ -91,7 +96,7 @@ def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, 
 
 def by_exclusivity(jobs: list[Job], states: list[JobState]) -> dict[str, dict[str, Any]]:
     """ComputeDomain jobs that asked for an exclusive NVLink domain and those that did not: submitted,
-    completed, stuck, pending, and the median, p90 and p99 wait in minutes over those that started."""
+    completed, stuck, pending, and the median, p90, p99 and p100 wait in minutes over those that started."""
     out: dict[str, dict[str, Any]] = {}
     for label, wanted in (("exclusive", True), ("shared", False)):
         pairs = [s for j, s in zip(jobs, states, strict=True) if j.kind == "nvlink" and j.exclusive == wanted]

@@ -4,9 +4,10 @@ The p99 wait of a size class with a few dozen jobs is its longest wait or the se
 and which one is down to the seed's arrivals and fault draws. A claim about a class holds only over several
 seeds, so this runs each seed as ``simulate --seed`` would (its own ``seed-<n>/`` directory, the same files,
 the same figures: a seed's result does not depend on the others or on the worker count), in worker
-processes, and writes ``seeds.md`` and ``seeds.json`` with, per policy, seed and size class, the wait p50 /
-p90 / p99, and for each imex-webhook policy each class's p99 against `gang-tas`'s on the same seed; and the
-same over all seeds pooled (``pool``), as a reading beside the per-seed one.
+processes, and writes ``seeds.md`` and ``seeds.json`` with, per policy, seed and size class, the wait
+p50 / p90 / p99 / p100 (the longest wait: a job that starves shows there first), and for each
+imex-webhook policy each class's p99 against `gang-tas`'s on the same seed; and the same over all seeds
+pooled (``pool``), as a reading beside the per-seed one.
 
 A class is compared only where both policies started every job of it: `gang-tas` never starts the jobs
 that need fabric GPUs attached, so its percentiles in the 1-pod and 2-4-pod classes leave the hardest jobs
@@ -88,7 +89,7 @@ def run(params: Params, seeds: Sequence[int], policies: tuple[str, ...], out: Pa
 
 def _cell(c: dict[str, Any]) -> dict[str, Any]:
     return {k: c[k] for k in ("submitted", "started", "completed", "split", "stuck", "wait_p50_minutes",
-                              "wait_p90_minutes", "wait_p99_minutes")}
+                              "wait_p90_minutes", "wait_p99_minutes", "wait_p100_minutes")}
 
 
 def compare(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
@@ -127,11 +128,12 @@ def combine(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
                              "target_met": clean and all(v["met"] for v in flat)}
     pooled = {name: {c: pool([results[s]["policies"][name]["delay_by_size"][c] for s in seeds]) for c in classes}
               for name in names}
+    totals = {name: totals_of([table[name][str(s)] for s in seeds]) for name in names}
     if PEER in names:
         for name, verdict in against.items():
             verdict["pooled"] = {c: compare(pooled[name][c], pooled[PEER][c]) for c in classes}
     return {"seeds": seeds, "classes": classes, "policies": table, "against_peer": against, "pooled": pooled,
-            "parameters": {k: v for k, v in first["parameters"].items() if k != "seed"}}
+            "pooled_totals": totals, "parameters": {k: v for k, v in first["parameters"].items() if k != "seed"}}
 
 
 def pool(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -144,12 +146,22 @@ def pool(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def totals_of(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One policy over several seeds: completed, submitted, split, stuck and pending summed; the useful
+    utilisation's mean, lowest and highest over the seeds."""
+    util = [r["utilisation_useful"] for r in rows]
+    out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in ("completed", "submitted", "split", "stuck", "pending")}
+    out.update(utilisation_useful_mean=sum(util) / len(util), utilisation_useful_min=min(util),
+               utilisation_useful_max=max(util))
+    return out
+
+
 def markdown(combined: dict[str, Any]) -> str:
     seeds, classes = combined["seeds"], combined["classes"]
     lines = ["# imex-webhook simulate, several seeds", "",
              f"Seeds {', '.join(map(str, seeds))}; each seed's own report is in seed-<n>/report.md.", "",
              "Per policy and seed: completed of submitted, split, stuck, useful utilisation; per size class the "
-             "wait p50 / p90 / p99 minutes over the jobs that started (started/submitted in brackets when not "
+             "wait p50 / p90 / p99 / p100 minutes over the jobs that started (started/submitted in brackets when not "
              "all started).", "",
              "| policy | seed | completed | split | stuck | useful util | "
              + " | ".join(map(class_label, classes)) + " |",
@@ -170,18 +182,28 @@ def markdown(combined: dict[str, Any]) -> str:
             lines.append(f"| {seed} | " + " | ".join(_verdicts(verdict["cells"][str(seed)], classes)) + " |")
         lines.append("| pooled | " + " | ".join(_verdicts(verdict["pooled"], classes)) + " |")
     lines += ["", "Pooled over the seeds (every started job of a class on every seed, as one run): wait p50 / p90 / "
-              "p99 minutes. The target above is per seed; this reading is beside it, with a few hundred jobs per "
+              "p99 / p100 minutes (p100: the longest wait on any seed). The target above is per seed; this reading "
+              "is beside it, with a few hundred jobs per "
               "class instead of a few dozen.", "",
               "| policy | " + " | ".join(map(class_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
     for name, per_class in combined["pooled"].items():
         cells = [_waits_of_started(per_class[c]) for c in classes]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Over the seeds, per policy: completed of submitted, split, stuck and pending summed; useful "
+              "utilisation, mean (lowest to highest seed).", "",
+              "| policy | completed | split | stuck | pending | useful util |", "|---" * 6 + "|"]
+    for name, t in combined["pooled_totals"].items():
+        lines.append(f"| {name} | {t['completed']} of {t['submitted']} | {t['split']} | {t['stuck']} | "
+                     f"{t['pending']} | {t['utilisation_useful_mean']:.1%} ({t['utilisation_useful_min']:.1%} to "
+                     f"{t['utilisation_useful_max']:.1%}) |")
     return "\n".join(lines) + "\n"
 
 
 def _waits_of_started(x: dict[str, Any]) -> str:
-    """A class's waits, with started/submitted when not every job started."""
-    return waits(x) + ("" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})")
+    """A class's waits p50 / p90 / p99 / p100, with started/submitted when not every job started."""
+    longest = "-" if x["wait_p100_minutes"] is None else f"{x['wait_p100_minutes']:.1f}"
+    return (f"{waits(x)} / {longest}"
+            + ("" if x["started"] == x["submitted"] else f" ({x['started']}/{x['submitted']})"))
 
 
 def _verdicts(row: dict[str, dict[str, Any]], classes: Sequence[str]) -> list[str]:
