@@ -51,8 +51,8 @@ class Clock:
         return self.now
 
 
-def _cluster(*waiting: list[dict[str, Any]], b_runtime: str | None = None) -> tuple[Engine, EmbeddedBackend, Clock,
-                                                                                   Kept]:
+def _cluster(*waiting: list[dict[str, Any]], b_runtime: str | None = None,
+             policy: Policy = POLICY) -> tuple[Engine, EmbeddedBackend, Clock, Kept]:
     """Rack a runs 'short' (30 min) and 'long' (1 h) since T0, rack b 'endless' (no walltime, or ``b_runtime``)."""
     objects = [*builders.rack("a", A, 4), *builders.rack("b", B, 4),
                *_group("short", 2, runtime="30m", nodes=["a-00", "a-01"]),
@@ -60,10 +60,10 @@ def _cluster(*waiting: list[dict[str, Any]], b_runtime: str | None = None) -> tu
                *_group("endless", 4, runtime=b_runtime, nodes=["b-00", "b-01", "b-02", "b-03"])]
     for more in waiting:
         objects.extend(more)
-    store = builders.store(objects, POLICY)
+    store = builders.store(objects, policy)
     backend = EmbeddedBackend(store, [], "test")
     clock, sink = Clock(T0 + 1200), Kept()
-    return builders.engine(backend, POLICY, holder="r1", clock=clock, events=sink), backend, clock, sink
+    return builders.engine(backend, policy, holder="r1", clock=clock, events=sink), backend, clock, sink
 
 
 def _delete(backend: EmbeddedBackend, objects: list[dict[str, Any]]) -> None:

@@ -291,3 +291,10 @@ def test_holds_are_set_by_their_three_flags_and_default_to_the_policys() -> None
         Policy().max_holds, Policy().hold_after, Policy().hold_timeout)
     got = _from(["--max-holds", "3", "--hold-after", "120", "--hold-timeout", "7200"]).policy
     assert (got.max_holds, got.hold_after, got.hold_timeout) == (3, 120.0, 7200.0)
+
+
+def test_backfill_takes_any_stated_walltime_unless_only_enforced_ones_are_asked_for() -> None:
+    assert _from([]).policy.backfill_enforced_only is False
+    assert _from(["--backfill-walltimes", "enforced"]).policy.backfill_enforced_only is True
+    with pytest.raises(SystemExit):
+        _from(["--backfill-walltimes", "trust-me"])

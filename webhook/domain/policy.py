@@ -59,6 +59,9 @@ class Policy:
     max_holds: int = 0
     hold_after: float = DEFAULT_HOLD_AFTER
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT
+    # Only a walltime Kubernetes enforces (activeDeadlineSeconds, Kueue's maximum execution time) lets a group
+    # backfill under a hold; an advisory imex-webhook.io/max-runtime, which a tenant may understate, does not.
+    backfill_enforced_only: bool = False
 
     @property
     def affinity_topology_key(self) -> str:

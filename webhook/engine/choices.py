@@ -194,7 +194,8 @@ class DomainArbiter:
         others = live_reservations(snapshot, choices.promised(now), choices.policy, now)
         others.update(promises)  # the domain's ledger as the store just read it wins over our cache
         others.pop(res.group_id, None)
-        others = dict(holds.visible(others, self.group, now))  # holds it may backfill under do not count
+        # The holds it may backfill under do not count.
+        others = dict(holds.visible(others, self.group, now, choices.policy.backfill_enforced_only))
         _, placed, _ = members_summary(snapshot.members.get(res.group_id, ()))
         remaining = max(res.size - placed, 1) + res.spares  # the spares it holds must still fit too
         return placement.still_fits(res.domain, self.group, self.need, remaining, snapshot, others, self.allowed,

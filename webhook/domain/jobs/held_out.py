@@ -49,10 +49,15 @@ def duration(seconds: float) -> str:
     return text or "0s"
 
 
-def note(hold: Reservation, bound: Walltime | None, now: float) -> str:
-    """Why a group with walltime ``bound`` (None: it states none) cannot start in ``hold``'s domain."""
+def note(hold: Reservation, bound: Walltime | None, now: float, enforced_only: bool = False) -> str:
+    """Why a group with walltime ``bound`` (None: it states none) cannot start in ``hold``'s domain;
+    ``enforced_only``: only walltimes Kubernetes enforces backfill (``Policy.backfill_enforced_only``)."""
     start = hold.expected_start if hold.expected_start is not None else now
     head = f"domain {hold.domain} is held for {hold.namespace}/{hold.group_name} until about {at(start, now)}"
+    if bound is not None and enforced_only and not bound.enforced:
+        return (f"{head}; this job's walltime of {duration(bound.seconds)} ({bound.source}) is only stated, and "
+                "here only a walltime Kubernetes enforces (activeDeadlineSeconds, Kueue's maximum execution time) "
+                "may backfill, so it cannot backfill there")
     if bound is None:
         return (f"{head}; this job states no walltime ({keys.MAX_RUNTIME_ANNOTATION} or activeDeadlineSeconds) "
                 "so it cannot backfill there")
@@ -77,7 +82,8 @@ def held_out(pod: Pod, group: Group, size: int | None, need: Demand, inputs: Dec
     """The holds of other jobs that kept ``pod``'s ``group`` out (none when it would be refused without them
     too, or is not refused at all), by domain. ``size`` and ``candidates`` as the filter chose with
     (``resolution.resolve``)."""
-    kept = holds.visible(inputs.live, group, inputs.now)  # a hold it may backfill under is not among them
+    # A hold it may backfill under is not among them.
+    kept = holds.visible(inputs.live, group, inputs.now, inputs.policy.backfill_enforced_only)
     job = segments.job_of(group.id)
     blocking = [(g, r) for g, r in sorted(kept.items()) if holds.is_hold(r) and segments.job_of(g) != job]
     if not blocking:
@@ -91,5 +97,5 @@ def held_out(pod: Pod, group: Group, size: int | None, need: Demand, inputs: Dec
     for group_id, hold in blocking:
         without = {g: r for g, r in kept.items() if g != group_id}
         if hold.domain in _hosts(group, size, need, inputs, without, pending_self, allowed):
-            out.append(HeldOut(hold, note(hold, group.walltime, inputs.now)))
+            out.append(HeldOut(hold, note(hold, group.walltime, inputs.now, inputs.policy.backfill_enforced_only)))
     return sorted(out, key=lambda h: h.hold.domain)

@@ -68,11 +68,13 @@ def is_hold(res: Reservation) -> bool:
     return res.expected_start is not None and res.placed_at is None
 
 
-def visible(live: Mapping[str, Reservation], group: Group, now: float) -> Mapping[str, Reservation]:
+def visible(live: Mapping[str, Reservation], group: Group, now: float,
+            enforced_only: bool = False) -> Mapping[str, Reservation]:
     """The promises ``group`` must keep off: every one but the holds it may backfill under, those whose
-    expected start comes after the group's walltime ends."""
+    expected start comes after the group's walltime ends. ``enforced_only`` (``Policy.backfill_enforced_only``):
+    only a walltime Kubernetes enforces counts, not one its owner merely states."""
     bound = group.walltime
-    if bound is None:
+    if bound is None or (enforced_only and not bound.enforced):
         return live
     ends = now + bound.seconds
     skipped = [g for g, r in live.items() if is_hold(r) and r.expected_start is not None and ends <= r.expected_start
@@ -301,6 +303,8 @@ def kept_from(pod: Pod, inputs: DecisionInputs) -> dict[str, str]:
     if not found:
         return {}
     bound, _ = walltime.requested(pod, inputs.snapshot.catalog, None)
+    if bound is not None and inputs.policy.backfill_enforced_only and not bound.enforced:
+        bound = None
     ends = inputs.now + bound.seconds if bound is not None else None
     return {r.domain: (f"domain {r.domain} is held for group {r.namespace}/{r.group_name} from now until about "
                        f"{r.expected_start:.0f}; a pod outside any group goes there only if it states a walltime "

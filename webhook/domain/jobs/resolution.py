@@ -60,7 +60,7 @@ def _allowed(candidates: Sequence[str] | None) -> set[str] | None:
 
 def _kept_off(group: Group, inputs: DecisionInputs) -> Mapping[str, Reservation]:
     """The promises a choice for ``group`` keeps off: every live one, but the holds it may backfill under."""
-    return holds.visible(inputs.live, group, inputs.now)
+    return holds.visible(inputs.live, group, inputs.now, inputs.policy.backfill_enforced_only)
 
 
 def _pending_self(pod: Pod, group: Group, inputs: DecisionInputs) -> bool:

@@ -208,6 +208,7 @@ def _policy(ns: argparse.Namespace) -> Policy:
         pack_plain_gpu_pods=ns.pack_plain_gpu_pods,
         block_labels=tuple(ns.block_label),
         max_holds=ns.max_holds, hold_after=ns.hold_after, hold_timeout=ns.hold_timeout,
+        backfill_enforced_only=ns.backfill_walltimes == "enforced",
         **_reserved_cap(ns.max_reserved_gpus_per_namespace),
     )
     if policy.ttl_problems():

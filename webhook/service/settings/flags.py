@@ -160,6 +160,12 @@ def _policy(pol: argparse._ArgumentGroup, d: Settings) -> None:
                      help="seconds a group waits before a domain is held for it (default %(default)s)")
     pol.add_argument("--hold-timeout", type=float, default=policy.hold_timeout, metavar="SECONDS",
                      help="seconds a hold lives unless its group starts (default %(default)s)")
+    pol.add_argument("--backfill-walltimes", choices=("any", "enforced"),
+                     default="enforced" if policy.backfill_enforced_only else "any",
+                     help="which walltimes let a group backfill into a held domain: any stated one, or only those "
+                          "Kubernetes enforces (activeDeadlineSeconds, Kueue's maximum execution time), not the "
+                          "advisory annotation imex-webhook.io/max-runtime a tenant may understate "
+                          "(default %(default)s)")
     pol.add_argument("--reservation-ttl", type=float, default=policy.reservation_ttl,
                      help="seconds a reservation lives with no member placed (default %(default)s; at least "
                           f"{MIN_TTL:g}: gangs wait at Permit up to {PERMIT_MAX_WAIT:g}s before they bind)")
