@@ -1,8 +1,8 @@
 """How long a group waited before it ran whole (``imex_webhook_group_wait_seconds``, docs/OPERATING.md): from
 its earliest member's creation to the bind that placed its last member, by size class.
 
-The classes are the simulator's (``webhook.tools.simulate.workload.SIZE_CLASSES``), so that what a cluster
-measures and what the simulator predicts read side by side: single pods, small groups (2-4), up to a half
+The simulator reports its waits in these same classes (``webhook.tools.simulate.workload``), so that what a
+cluster measures and what the simulator predicts read side by side: single pods, small groups (2-4), up to a half
 rack (5-8), up to 16 trays, whole racks (17+), and a class of its own for a job in segments over several
 domains, whatever its pods ("17+" holds only jobs in one domain). Holds exist for the large classes: their
 waits are what this shows (docs/SCHEDULER.md, "Holds and backfill").
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from webhook.domain.groups import segments
 from webhook.domain.model import Group, Member, Pod
 
-# (label, fewest pods, most pods or None), as the simulator cuts them.
+# (label, fewest pods, most pods or None); the simulator's reports cut jobs the same way.
 SIZE_CLASSES: tuple[tuple[str, int, int | None], ...] = (
     ("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), ("9-16", 9, 16), ("17+", 17, None))
 MULTI_DOMAIN = "multi-domain"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from webhook.domain import keys
 from webhook.domain.groups import segments
 from webhook.domain.inputs import DecisionInputs
-from webhook.domain.jobs import holds, segment_plan
+from webhook.domain.jobs import holds, resolution, segment_plan
 from webhook.domain.model import Demand, Group, Pod, Reservation, Walltime
 from webhook.domain.placement import placement
 
@@ -82,15 +82,13 @@ def held_out(pod: Pod, group: Group, size: int | None, need: Demand, inputs: Dec
     """The holds of other jobs that kept ``pod``'s ``group`` out (none when it would be refused without them
     too, or is not refused at all), by domain. ``size`` and ``candidates`` as the filter chose with
     (``resolution.resolve``)."""
-    # A hold it may backfill under is not among them.
-    kept = holds.visible(inputs.live, group, inputs.now, inputs.policy.backfill_enforced_only)
+    kept = resolution.kept_off(group, inputs)  # a hold it may backfill under is not among them
     job = segments.job_of(group.id)
     blocking = [(g, r) for g, r in sorted(kept.items()) if holds.is_hold(r) and segments.job_of(g) != job]
     if not blocking:
         return []
-    allowed = set(candidates) if candidates is not None else None
-    known = {m.pod.uid for m in inputs.snapshot.members.get(group.id, ()) if m.pod.uid}
-    pending_self = not pod.uid or pod.uid not in known  # as the choice counts it: one more member to place
+    allowed = resolution.allowed_nodes(candidates)
+    pending_self = resolution.is_new_member(pod, group, inputs)
     if _hosts(group, size, need, inputs, kept, pending_self, allowed):
         return []  # a domain takes it: nothing kept it out
     out = []

@@ -120,14 +120,13 @@ def held_waiting(snapshot: Snapshot, live: Mapping[str, Reservation],
     for group_id, res in sorted(live.items()):
         if is_hold(res):
             by_job.setdefault(segments.job_of(group_id), []).append(res)
-    out = []
-    for job, held in sorted(by_job.items()):
-        ids = {r.group_id for r in held}
-        entry = next((w for w in waiting(snapshot, {g: r for g, r in live.items() if g not in ids}, policy)
-                      if segments.job_of(w.group.id) == job), None)
-        if entry is not None:
-            out.append((entry, held))
-    return out
+    if not by_job:
+        return []
+    # One pass over the waiting groups with every hold set aside: each held job is then seen as it waits
+    # (another job's hold never hides it; only its own did).
+    entries = {segments.job_of(w.group.id): w
+               for w in waiting(snapshot, {g: r for g, r in live.items() if not is_hold(r)}, policy)}
+    return [(entries[job], held) for job, held in sorted(by_job.items()) if job in entries]
 
 
 def due(order: Iterable[Waiting], held: int, now: float, policy: Policy) -> list[Waiting]:

@@ -54,17 +54,18 @@ def _none(resolution: GroupResolution, need: Demand, why: str, pod: Pod, later: 
     return Context(resolution, need, None, None, None, why, later, pod.uid)
 
 
-def _allowed(candidates: Sequence[str] | None) -> set[str] | None:
+def allowed_nodes(candidates: Sequence[str] | None) -> set[str] | None:
     return set(candidates) if candidates is not None else None
 
 
-def _kept_off(group: Group, inputs: DecisionInputs) -> Mapping[str, Reservation]:
+def kept_off(group: Group, inputs: DecisionInputs) -> Mapping[str, Reservation]:
     """The promises a choice for ``group`` keeps off: every live one, but the holds it may backfill under."""
     return holds.visible(inputs.live, group, inputs.now, inputs.policy.backfill_enforced_only)
 
 
-def _pending_self(pod: Pod, group: Group, inputs: DecisionInputs) -> bool:
-    """Whether the pod is not among the group's known members yet (it counts on top of them)."""
+def is_new_member(pod: Pod, group: Group, inputs: DecisionInputs) -> bool:
+    """Whether the pod is not among the group's known members yet (it counts on top of them, as every choice
+    for its group counts it: ``resolve`` and ``webhook.domain.jobs.held_out``)."""
     known = {m.pod.uid for m in inputs.snapshot.members.get(group.id, ()) if m.pod.uid}
     return not pod.uid or pod.uid not in known
 
@@ -130,9 +131,9 @@ def resolve_segment(pod: Pod, resolution: GroupResolution, inputs: DecisionInput
         if split is not None:
             return split
     snapshot = inputs.snapshot
-    pending_self = _pending_self(pod, group, inputs)
-    choice = placement.choose(group, resolution.size, need, snapshot, _kept_off(group, inputs),
-                              pending_self=pending_self, allowed=_allowed(candidates),
+    pending_self = is_new_member(pod, group, inputs)
+    choice = placement.choose(group, resolution.size, need, snapshot, kept_off(group, inputs),
+                              pending_self=pending_self, allowed=allowed_nodes(candidates),
                               health=inputs.policy.fabric_health, policy=inputs.policy)
     if choice.domain is None and group.preferred and not any(  # a running job is not split afterwards
             m.pod.node_name for m in snapshot.members.get(group.id, ())):
@@ -201,8 +202,8 @@ def _split(pod: Pod, resolution: GroupResolution, need: Demand, inputs: Decision
             return found if found is not None else why
         return "; ".join(problems) if problems else member
 
-    found = segment_plan.preferred_split(group, size, need, snapshot, _kept_off(group, inputs), _allowed(candidates),
-                                         inputs.policy, at, asked)
+    found = segment_plan.preferred_split(group, size, need, snapshot, kept_off(group, inputs),
+                                         allowed_nodes(candidates), inputs.policy, at, asked)
     if isinstance(found, str):
         return _none(resolution, need, f"{whole}; {PREFERRED}: {found}", pod, True)
     member, planned = found
@@ -222,7 +223,7 @@ def _plan_segments(pod: Pod, resolution: GroupResolution, need: Demand, inputs: 
     seg = group.segment
     snapshot, live = inputs.snapshot, inputs.live
     if planned is None:
-        planned = segment_plan.plan(group, need, snapshot, _kept_off(group, inputs), _allowed(candidates),
+        planned = segment_plan.plan(group, need, snapshot, kept_off(group, inputs), allowed_nodes(candidates),
                                     inputs.policy)
     if planned.domains is None:
         return _none(resolution, need, planned.reason, pod, planned.resolvable_later)
@@ -239,7 +240,7 @@ def _plan_segments(pod: Pod, resolution: GroupResolution, need: Demand, inputs: 
     siblings = tuple((g, proposal(g)) for i in range(seg.count) if i != seg.index
                      and (g := segments.sibling(group, seg, i)).id not in live
                      and repair.running_domain(g, snapshot) is None)
-    over = quotas.refusal(group, (own, *(r for _, r in siblings)), _pending_self(pod, group, inputs), snapshot,
+    over = quotas.refusal(group, (own, *(r for _, r in siblings)), is_new_member(pod, group, inputs), snapshot,
                           live, inputs.policy)
     if over:
         return _none(resolution, need, note + over, pod)

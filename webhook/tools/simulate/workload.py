@@ -30,6 +30,8 @@ import math
 import random
 from dataclasses import dataclass, replace
 
+from webhook.domain.groups.waits import SIZE_CLASSES, size_class
+
 # imex-webhook-refuse and imex-webhook-allow: the service with --fabric-health-policy refuse or allow
 # (imex-webhook: avoid, the default); imex-webhook-exclusive: with --exclusive-domains; imex-webhook-pack:
 # with --pack-plain-gpu-pods. Not in a default run: each costs as much as the rest together.
@@ -44,17 +46,12 @@ SIZE_WEIGHTS: tuple[tuple[int, float], ...] = (
     *((n, 0.30 / 12) for n in (3, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 17)),
 )
 
-# Job-size classes (pods per job) the report gives queueing delay for, cut where the generator's sizes
-# cluster: single pods (plain pods, 1-pod groups), small groups (2-4: fabric groups and small
-# ComputeDomains), up to a half rack (5-8), up to 16 trays, and whole racks (17-18). (label, low, high).
-SIZE_CLASSES: tuple[tuple[str, int, int | None], ...] = (
-    ("1", 1, 1), ("2-4", 2, 4), ("5-8", 5, 8), ("9-16", 9, 16), ("17+", 17, None))
+# Job-size classes (pods per job) the report gives queueing delay for are the service's own
+# (``webhook.domain.groups.waits``, its wait histogram's), cut where the generator's sizes cluster: single pods
+# (plain pods, 1-pod groups), small groups (2-4: fabric groups and small ComputeDomains), up to a half rack
+# (5-8), up to 16 trays, and whole racks (17-18).
 # The multi-rack jobs' class, whatever their pods (``multi_rack_jobs``): "17+" holds only single-rack jobs.
 RACK_CLASS = "2-4 racks"
-
-
-def size_class(pods: int) -> str:
-    return next(label for label, low, high in SIZE_CLASSES if pods >= low and (high is None or pods <= high))
 
 
 def job_class(job: Job) -> str:
