@@ -6,7 +6,9 @@ holds both racks for it at the end of the longest walltime, as one DomainReserva
 walltime is kept out of a held rack that has room and told so (a NoBackfill Event), one whose
 ``activeDeadlineSeconds`` ends before the hold starts backfills into it; a restarted replica reads the holds
 back; when the racks drain the held job binds into them, one segment per rack; and deleting a held job
-releases its racks without waiting for a grace or the hold's timeout.
+releases its racks without waiting for a grace or the hold's timeout. With ``--hold-yield-after``, the holds
+give way while a job that needs one rack has waited that long, and come back once it is gone
+(docs/SCHEDULER.md, "Holds that give way").
 """
 
 from __future__ import annotations
@@ -31,18 +33,30 @@ FLAGS = ("--max-holds", "1", "--hold-after", str(HOLD_AFTER), "--housekeeping-in
 BOUND = 90.0  # seconds for the held job to bind once the racks drain; kube-scheduler alone retries after 300
 
 
-@pytest.fixture
-def holding(real_cluster: RealCluster) -> Iterator[RealCluster]:
+YIELD_AFTER = 40  # seconds a one-rack job waits before the holds give way to it
+
+
+def _replicas(cluster: RealCluster, *flags: str) -> Iterator[RealCluster]:
     """Two replicas with holds on, instead of the session's one; the session's replica back afterwards."""
-    real_cluster.stop_extender()
+    cluster.stop_extender()
     try:
         for name in REPLICAS:
-            real_cluster.start_extender(name, *FLAGS)
-        yield real_cluster
+            cluster.start_extender(name, *flags)
+        yield cluster
     finally:
-        for name in list(real_cluster.extenders):
-            real_cluster.stop_extender(name)
-        real_cluster.start_extender()
+        for name in list(cluster.extenders):
+            cluster.stop_extender(name)
+        cluster.start_extender()
+
+
+@pytest.fixture
+def holding(real_cluster: RealCluster) -> Iterator[RealCluster]:
+    yield from _replicas(real_cluster, *FLAGS)
+
+
+@pytest.fixture
+def yielding(real_cluster: RealCluster) -> Iterator[RealCluster]:
+    yield from _replicas(real_cluster, *FLAGS, "--hold-yield-after", str(YIELD_AFTER))
 
 
 def _run(cluster: RealCluster, ns: str, name: str, pods: int, walltime: str | None) -> list[str]:
@@ -159,5 +173,30 @@ def test_deleting_a_held_job_releases_its_racks_at_once(holding: RealCluster) ->
         eventually(lambda: not _holds(cluster, ns, "big"), 60, interval=0.2, what="the holds released")
         RETRY_SECONDS["held job deleted -> racks released"] = time.monotonic() - deleted
         eventually(lambda: all(not _held_gpus(cluster, r) for r in REPLICAS), 30, what="no replica holds a rack")
+    finally:
+        cluster.cleanup(ns)
+
+
+def test_the_holds_give_way_while_a_one_rack_job_waits_long_and_come_back_once_it_is_gone(
+        yielding: RealCluster) -> None:
+    cluster = yielding
+    ns = cluster.namespace("holds-yield")
+    try:
+        _hold_racks_for_big(cluster, ns)
+        solo = _run(cluster, ns, "solo", 3, None)  # one rack's worth; racks a and b are full, it waits
+        created = time.monotonic()
+        assert len(_holds(cluster, ns, "big")) == 2, "solo has not waited --hold-yield-after: the holds stay"
+        eventually(lambda: not _holds(cluster, ns, "big"), YIELD_AFTER + 60, interval=0.5,
+                   what="the holds given way to solo")
+        waited = time.monotonic() - created
+        assert waited >= YIELD_AFTER - 5, f"given way after {waited:.0f} s, before solo had waited {YIELD_AFTER} s"
+        RETRY_SECONDS["one-rack job waited -> holds given way"] = waited
+        eventually(lambda: all(not _held_gpus(cluster, r) for r in REPLICAS), 30, what="no replica holds a rack")
+        assert not [p for p in cluster.api.list("Pod", ns) if p["metadata"]["name"].startswith(("big-", "solo-"))
+                    and p["spec"].get("nodeName")], "nothing had room: nobody was placed"
+        for pod in solo:
+            cluster.api.delete("Pod", ns, pod)
+        eventually(lambda: len(_holds(cluster, ns, "big")) == 2, 60, interval=0.5,
+                   what="both racks held for big again once solo is gone")
     finally:
         cluster.cleanup(ns)

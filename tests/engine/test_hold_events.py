@@ -1,15 +1,17 @@
 """The NoBackfill Event through the engine (webhook.domain.jobs.held_out): a group the filter refuses because a
 domain it would fit is held for another group is told which hold, until when, and that its walltime (none, or
-one ending after the hold starts) is why it cannot backfill there; a group refused for any other reason, a
-backfill group, and the held group itself are not. The clusters are test_holds.py's: rack a runs 'short'
-(30 min) and 'long' (1 h) since T0, rack b a group with no walltime; 'big' (4 pods) is held in rack a from
-T0+1200 until T0+3600 (09:00 UTC), and 'short' has ended by T0+1900, leaving a-00 and a-01 free."""
+one ending after the hold starts) is why it cannot backfill there, a job in segments too when the hold keeps
+one of its segments out; a group refused for any other reason, a backfill group, and the held group itself
+are not. The clusters are test_holds.py's: rack a runs 'short' (30 min) and 'long' (1 h) since T0, rack b a
+group with no walltime; 'big' (4 pods) is held in rack a from T0+1200 until T0+3600 (09:00 UTC), and 'short'
+has ended by T0+1900, leaving a-00 and a-01 free."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.domain.test_holds import T0, _group
+from tests import builders
+from tests.domain.test_holds import T0, C, _group
 from tests.engine.test_holds import A, Kept, _cluster, _delete, _pod
 from webhook.engine.engine import Engine
 from webhook.engine.occurrences import NO_BACKFILL, Occurrence
@@ -99,3 +101,25 @@ def test_every_refusal_is_the_same_event_so_the_recorder_counts_repeats_in_one_s
     on_pod = [o for o in _no_backfill(sink) if o.regarding.kind == "Pod"]
     assert len(on_pod) == 3
     assert len({(o.reason.action, o.reason.name, o.regarding, o.related) for o in on_pod}) == 1
+
+
+def test_a_job_in_segments_kept_out_of_a_held_rack_is_told_which_hold_kept_one_of_its_segments_out() -> None:
+    """'pair' runs in two segments of two pods: rack a (held, two nodes free) and rack c (two nodes, empty)
+    would host it; the hold on rack a keeps one segment out, so the whole job waits and is told why."""
+    c_rack = builders.rack("c", C, 2)
+    pair = _group("pair", 4, created=T0 + 1900, segment=2)
+    engine, sink = _held(c_rack, pair)
+    refused = _filter(engine, pair, "pair-0")
+    assert not refused.passed
+    notes = {o.note for o in _no_backfill(sink) if o.regarding.kind == "Pod"}
+    assert notes == {f"domain {A} is held for ml/big until about 09:00 UTC; this job states no walltime "
+                     "(imex-webhook.io/max-runtime or activeDeadlineSeconds) so it cannot backfill there"}
+
+
+def test_a_job_in_segments_that_ends_before_the_hold_starts_backfills_one_segment_into_the_held_rack() -> None:
+    c_rack = builders.rack("c", C, 2)
+    pair = _group("pair", 4, runtime="10m", created=T0 + 1900, segment=2)
+    engine, sink = _held(c_rack, pair)
+    passed = _filter(engine, pair, "pair-0")
+    assert passed.passed and passed.context is not None and passed.context.domain in (A, C)
+    assert _no_backfill(sink) == []

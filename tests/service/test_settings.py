@@ -53,6 +53,8 @@ LONG_PORT = "127.0.0.1:" + "9" * 40
 FULLWIDTH = "127.0.0.1:\uff18\uff14\uff14\uff13"
 
 RESERVED_CAP = "expected a number of GPUs (0 to 999999999) or a percentage (0% to 100%)"
+YIELD = "(0: holds never give way)"
+UNTIL = "a job must be held for before it stops giving way"
 REFUSED = [
     # TLS files
     (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
@@ -149,6 +151,15 @@ REFUSED = [
     (["--hold-after", "nan"], "--hold-after nan: expected seconds in [0, 86400]"),
     (["--hold-timeout", "30"], "--hold-timeout 30: expected seconds in [60, 86400]"),
     (["--hold-timeout", "inf"], "--hold-timeout inf: expected seconds in [60, 86400]"),
+    (["--hold-yield-after", "-1"], f"--hold-yield-after -1: expected seconds in [0, 86400] {YIELD}"),
+    (["--hold-yield-after", "nan"], f"--hold-yield-after nan: expected seconds in [0, 86400] {YIELD}"),
+    (["--hold-yield-after", "1e400"], f"--hold-yield-after inf: expected seconds in [0, 86400] {YIELD}"),
+    (["--hold-yield-until", "300"],
+     f"--hold-yield-until 300: expected seconds in [--hold-after (600), 86400]: {UNTIL}"),
+    (["--hold-after", "900", "--hold-yield-until", "600"], "--hold-yield-until 600: expected seconds in "
+                                                            f"[--hold-after (900), 86400]: {UNTIL}"),
+    (["--hold-yield-until", "nan"],
+     f"--hold-yield-until nan: expected seconds in [--hold-after (600), 86400]: {UNTIL}"),
 ]
 
 
@@ -285,12 +296,15 @@ def test_packing_plain_gpu_pods_is_off_unless_asked_for() -> None:
     assert _from(["--pack-plain-gpu-pods"]).policy.pack_plain_gpu_pods is True
 
 
-def test_holds_are_set_by_their_three_flags_and_default_to_the_policys() -> None:
-    default = _from([]).policy
-    assert (default.max_holds, default.hold_after, default.hold_timeout) == (
-        Policy().max_holds, Policy().hold_after, Policy().hold_timeout)
-    got = _from(["--max-holds", "3", "--hold-after", "120", "--hold-timeout", "7200"]).policy
-    assert (got.max_holds, got.hold_after, got.hold_timeout) == (3, 120.0, 7200.0)
+def test_holds_are_set_by_their_flags_and_default_to_the_policys() -> None:
+    default, policy = _from([]).policy, Policy()
+    assert (default.max_holds, default.hold_after, default.hold_timeout, default.hold_yield_after,
+            default.hold_yield_until) == (policy.max_holds, policy.hold_after, policy.hold_timeout,
+                                          policy.hold_yield_after, policy.hold_yield_until)
+    got = _from(["--max-holds", "3", "--hold-after", "120", "--hold-timeout", "7200", "--hold-yield-after", "0",
+                 "--hold-yield-until", "120"]).policy
+    assert (got.max_holds, got.hold_after, got.hold_timeout, got.hold_yield_after, got.hold_yield_until) == (
+        3, 120.0, 7200.0, 0.0, 120.0)
 
 
 def test_backfill_takes_any_stated_walltime_unless_only_enforced_ones_are_asked_for() -> None:

@@ -24,6 +24,10 @@ DEFAULT_MAX_RESERVED_SHARE = 0.5
 # lives this long unless its group starts.
 DEFAULT_HOLD_AFTER = 600.0
 DEFAULT_HOLD_TIMEOUT = 4 * 3600.0
+# Holds give way while a group that needs one domain has waited this long, unless the held job has waited
+# the second (docs/SIMULATE.md, "Holds that give way": the trade measured).
+DEFAULT_HOLD_YIELD_AFTER = 1200.0
+DEFAULT_HOLD_YIELD_UNTIL = 12 * 3600.0
 # Each hold is planned again on every round against every domain: a few dozen cost a housekeeping round
 # a fraction of a second on thousands of nodes; more would only hold the cluster for jobs queued far back.
 MAX_HOLDS = 64
@@ -59,6 +63,12 @@ class Policy:
     max_holds: int = 0
     hold_after: float = DEFAULT_HOLD_AFTER
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT
+    # Holds give way to the groups that need one domain (webhook.domain.jobs.hold_order): while such a group,
+    # held for by none, has waited longer than ``hold_yield_after`` (0: holds never give way), no hold is made
+    # and those made are let go, but a job that has waited longer than ``hold_yield_until`` holds on whatever
+    # waits: a large job still never starves, and no group, however hopeless, stalls holds for longer.
+    hold_yield_after: float = DEFAULT_HOLD_YIELD_AFTER
+    hold_yield_until: float = DEFAULT_HOLD_YIELD_UNTIL
     # Only a walltime Kubernetes enforces (activeDeadlineSeconds, Kueue's maximum execution time) lets a group
     # backfill under a hold; an advisory imex-webhook.io/max-runtime, which a tenant may understate, does not.
     backfill_enforced_only: bool = False

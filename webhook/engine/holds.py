@@ -49,11 +49,16 @@ def plan_holds(core: Core) -> list[Reservation]:
             _give_up(core, group_id, res)
     _move_earlier(core)
     _give_way(core)
+    _yield(core)
     inputs = core.decision_inputs()
     now, snapshot, live = inputs.now, inputs.snapshot, dict(inputs.live)
-    held = len({segments.job_of(g) for g, r in live.items() if holds.is_hold(r)})
+    held_jobs = {segments.job_of(g) for g, r in live.items() if holds.is_hold(r)}
+    order = holds.waiting(snapshot, live, policy)
+    hungry = hold_order.starving(order, held_jobs, now, policy)
     made: list[Reservation] = []
-    for entry in holds.due(holds.waiting(snapshot, live, policy), held, now, policy):
+    for entry in holds.due(order, len(held_jobs), now, policy):
+        if hold_order.gives_way(entry, hungry, now, policy) is not None:
+            continue  # the cluster is behind on the groups that need one domain: no hold taken from them now
         planned = holds.plan(entry, snapshot, live, policy, now)
         if planned is None or planned.start <= now:
             continue  # no walltime makes room, or room is there: the scheduler places it on its next try
@@ -99,6 +104,32 @@ def _give_way(core: Core) -> None:
             if _release(core, res.group_id):
                 decision_log("release", res.group_id, domain=res.domain,
                              reason=f"a group of higher priority than {entry.priority} waits for a hold")
+
+
+def _yield(core: Core) -> None:
+    """Let go the holds of the jobs that give way to a group that needs one domain and has waited longer than
+    ``--hold-yield-after`` (``webhook.domain.jobs.hold_order.gives_way``); they are made again once no such
+    group waits."""
+    policy = core.policy
+    if policy.hold_yield_after <= 0:
+        return
+    inputs = core.decision_inputs()
+    held = holds.held_waiting(inputs.snapshot, inputs.live, policy)
+    if not held:
+        return
+    held_jobs = {segments.job_of(g) for g, r in inputs.live.items() if holds.is_hold(r)}
+    order = holds.waiting(inputs.snapshot, {g: r for g, r in inputs.live.items() if not holds.is_hold(r)}, policy)
+    hungry = hold_order.starving(order, held_jobs, inputs.now, policy)
+    for entry, current in held:
+        to = hold_order.gives_way(entry, hungry, inputs.now, policy)
+        if to is None:
+            continue
+        waited = inputs.now - to.since
+        for res in current:
+            if _release(core, res.group_id):
+                decision_log("release", res.group_id, domain=res.domain,
+                             reason=f"group {to.group.namespace}/{to.group.name} needs one domain and has waited "
+                                    f"{waited:.0f} s (--hold-yield-after {policy.hold_yield_after:g})")
 
 
 def _record(core: Core, wanted: list[Reservation]) -> list[Reservation]:

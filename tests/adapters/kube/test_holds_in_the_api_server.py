@@ -143,3 +143,47 @@ def test_a_hold_as_the_code_writes_it_matches_the_crd() -> None:
     assert spec_props["promises"]["items"]["properties"]["expectedStart"]["format"] == "date-time"
     assert {"name": "Held-Until", "type": "string", "jsonPath": ".spec.expectedStart"} in \
         version["additionalPrinterColumns"]
+
+
+
+SMALL = _group("small", 4)  # a one-domain group; nothing has room for it either
+
+
+@pytest.mark.parametrize("fault", [None, ("delete", "r-", 500, "InternalError"), ("delete", "d-", 503,
+                                                                                     "ServiceUnavailable")],
+                         ids=["two-replicas-at-once", "reservation-delete-fails", "ledger-delete-fails"])
+def test_two_replicas_let_a_hold_go_once_a_one_domain_group_waits_long_and_a_failed_release_is_retried(
+        kube_fake: KubeFake, connect_backend: Connect, fault: tuple[str, str, int, str] | None) -> None:
+    """The API server stamps each pod's creation, the age the wait order reads: the clock is set from the
+    stamps, and 'small' comes after the hold is made. POLICY gives way after 1200 s (the default)."""
+    _seed(kube_fake)
+    clock = Clock()
+    replicas = [_replica(connect_backend, f"replica-{c}", clock) for c in "ab"]
+    engines = [engine for _, engine in replicas]
+    big = replicas[0][0].store.pod("ml", "big-0")
+    assert big is not None and big.created_at is not None
+    clock.now = big.created_at + 1200  # 'big' has waited --hold-after, far from --hold-yield-until
+    (hold,) = engines[0].plan_holds()
+    eventually(lambda: hold.group_id in engines[1].reservations.all(), what="replica b sees the hold")
+    kube_fake.seed(SMALL)
+    for backend, _ in replicas:
+        eventually(lambda b=backend: b.store.pod("ml", "small-3") is not None, what="every replica has 'small'")
+    small = replicas[0][0].store.pod("ml", "small-0")
+    assert small is not None and small.created_at is not None
+    clock.now = small.created_at + 1000
+    assert engines[1].plan_holds() == [] and len(_holds(kube_fake)) == 1, "not waited long enough: the hold stays"
+    clock.now = small.created_at + 1201  # 'small' has waited past --hold-yield-after; 'big' far less than 4 h
+    armed = Fault(kube_fake, *fault, times=100) if fault else None
+    made = run_together(2, or_error(lambda k: engines[k].plan_holds()))
+    assert not any(isinstance(m, BaseException) for m in made), made
+    assert made == [[], []], "no hold is made while the one-domain group waits"
+    if armed is not None:
+        assert armed.hits, "the release met the fault"
+        armed.clear()
+        assert engines[0].plan_holds() == []  # the next round lets go what is left of the hold
+        clock.now += POLICY.proposal_ttl + 1  # a promise a failed write left counts for the proposal TTL only
+        assert engines[0].held_gpus(clock.now).get(A, 0) == 0
+        engines[0].housekeep()  # and is pruned then
+    assert _holds(kube_fake) == {}
+    eventually(lambda: not [p for p in ledgers(kube_fake).get(A, []) if p.get("expectedStart")],
+               what="no held promise left in the ledger")

@@ -12,7 +12,8 @@ import pytest
 
 from webhook.tools import cli
 from webhook.tools.simulate import seeds, simulation, workload
-from webhook.tools.simulate.report import TIMING_KEYS, wait_percentiles
+from webhook.tools.simulate.outcome import JobState
+from webhook.tools.simulate.report import TIMING_KEYS, delay_by_size, wait_percentiles
 from webhook.tools.stats import percentile
 
 # Six cliques of six trays with multi-rack jobs: every size class, in seconds per seed.
@@ -141,9 +142,12 @@ def test_the_pooled_reading_is_every_started_jobs_wait_over_the_seeds(combined: 
 def test_pooling_sums_the_counts_and_takes_percentiles_over_all_waits(waits: list[list[float]], started: int,
                                                                       p99: float | None, p100: float | None) -> None:
     cells = [{"submitted": len(w) + 1, "completed": len(w), "split": 0, "stuck": 1, "started": len(w),
-              "waits_minutes": w} for w in waits]
+              "waits_minutes": w, "after_arrivals": len(w) // 2, "after_arrivals_gpu_hours": 1.5 * len(w)}
+             for w in waits]
     pooled = seeds.pool(cells)
     assert pooled["started"] == started and pooled["submitted"] == started + len(waits)
+    assert pooled["after_arrivals"] == sum(len(w) // 2 for w in waits)
+    assert pooled["after_arrivals_gpu_hours"] == 1.5 * started
     assert pooled["stuck"] == len(waits) and pooled["wait_p99_minutes"] == p99
     assert pooled["wait_p100_minutes"] == p100
 
@@ -172,13 +176,17 @@ def test_the_tables_show_the_longest_wait_after_the_p99(cell: dict[str, Any], sh
     assert seeds._waits_of_started(cell) == shown
 
 
+def _pooled_cells(out: Path, heading: str, policy: str) -> list[str]:
+    """The cells of ``policy``'s row in the pooled table of seeds.md that ``heading`` opens."""
+    text = (out / "seeds.md").read_text()
+    row = next(line for line in text[text.index(heading):].splitlines() if line.startswith(f"| {policy} |"))
+    return [c.strip() for c in row.strip("|").split("|")][1:]
+
+
 def test_the_pooled_table_shows_each_classs_longest_wait(combined: tuple[Path, dict[str, Any]]) -> None:
     out, result = combined
-    text = (out / "seeds.md").read_text()
-    pooled_part = text[text.index("Pooled over the seeds"):]
     for policy in POLICIES:
-        row = next(line for line in pooled_part.splitlines() if line.startswith(f"| {policy} |"))
-        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        cells = _pooled_cells(out, "Pooled over the seeds", policy)
         for cls, cell in zip(result["classes"], cells, strict=True):
             longest = result["pooled"][policy][cls]["wait_p100_minutes"]
             assert cell.split(" (")[0].split(" / ")[3] == ("-" if longest is None else f"{longest:.1f}"), (policy, cls)
@@ -223,3 +231,38 @@ def test_the_cli_runs_several_seeds_and_refuses_what_it_cannot_use(tmp_path: Pat
                          (["--seeds", "5", "--workers", "100000"], "--workers 100000: expected 1 to")):
         assert cli.main(["simulate", "--out", str(tmp_path), *small, *flags]) == 2
         assert error in capsys.readouterr().err
+
+
+def _job(index: int, pods: int, runtime: float) -> workload.Job:
+    return workload.Job(index, f"job-{index:05d}", "nvlink", pods, 4, float(index), runtime)
+
+
+@pytest.mark.parametrize(("started", "after"), [
+    ([None, None], 0),  # never ran: not put off, left out
+    ([50.0, 100.0], 0),  # both ran by the last arrival (100 s): at it is not after it
+    ([50.0, 100.5], 1),
+    ([3600.0, 7200.0], 2),
+], ids=["never-ran", "by-the-last-arrival", "one-after", "both-after"])
+def test_a_class_counts_the_jobs_and_gpu_hours_that_ran_only_after_the_last_arrival(
+        started: list[float | None], after: int) -> None:
+    jobs = [_job(0, 8, 1800.0), _job(100, 8, 3600.0)]  # arrivals at 0 s and 100 s: the window's end is 100 s
+    states = [JobState([None] * 8, [0.0] * 8, j.arrival, started=s) for j, s in zip(jobs, started, strict=True)]
+    cell = delay_by_size(jobs, states, workload.window(jobs), 1000)["5-8"]
+    late = [j for j, s in zip(jobs, started, strict=True) if s is not None and s > 100.0]
+    assert cell["after_arrivals"] == after
+    assert cell["after_arrivals_gpu_hours"] == pytest.approx(sum(j.gpu_demand * j.runtime for j in late) / 3600)
+
+
+def test_the_work_put_off_until_the_stream_ended_is_pooled_and_shown(combined: tuple[Path, dict[str, Any]]) -> None:
+    out, result = combined
+    for policy in POLICIES:
+        cells = _pooled_cells(out, "Put off until the stream ended", policy)
+        for cls, cell in zip(result["classes"], cells, strict=True):
+            per_seed = [orjson.loads((out / f"seed-{s}" / "metrics.json").read_bytes())["policies"][policy]
+                        ["delay_by_size"][cls] for s in result["seeds"]]
+            pooled = result["pooled"][policy][cls]
+            assert pooled["after_arrivals"] == sum(c["after_arrivals"] for c in per_seed)
+            assert cell == (f"{pooled['after_arrivals']} of {pooled['submitted']} "
+                            f"({pooled['after_arrivals_gpu_hours']:.0f} GPU-h)")
+    assert any(result["pooled"][p][c]["after_arrivals"] for p in POLICIES for c in result["classes"]), \
+        "the small stream leaves some work to the drain: the figure can be told from zero"

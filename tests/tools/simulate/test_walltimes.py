@@ -10,8 +10,9 @@ import pytest
 
 from webhook.domain import keys
 from webhook.domain.groups import walltime
-from webhook.tools.simulate import simulation, workload
-from webhook.tools.simulate.cluster import job_objects
+from webhook.domain.policy import Policy
+from webhook.tools.simulate import policies, simulation, workload
+from webhook.tools.simulate.cluster import SimCluster, job_objects
 
 SMALL = workload.Params(seed=11, cliques=4, jobs=80, fabric_zones=0, load=0.8, multi_rack_load=0.2)
 
@@ -57,3 +58,13 @@ def test_with_walltimes_the_service_runs_every_job_whole_and_never_stuck() -> No
     states = outcome.states
     assert all(st.outcome == "completed" for st in states), {st.outcome for st in states}
     assert not any(st.split for st in states)
+
+
+def test_the_service_runs_with_its_hold_knobs_holds_on_and_giving_way_as_serve_defaults_do() -> None:
+    cluster = SimCluster.build(SMALL)
+    engine = policies.make("imex-webhook", cluster, 1).engine  # type: ignore[attr-defined]
+    serve = Policy()
+    assert (engine.policy.max_holds, engine.policy.hold_after, engine.policy.hold_timeout) == (
+        1, serve.hold_after, serve.hold_timeout)
+    assert (engine.policy.hold_yield_after, engine.policy.hold_yield_until) == (
+        serve.hold_yield_after, serve.hold_yield_until) and serve.hold_yield_after > 0

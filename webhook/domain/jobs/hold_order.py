@@ -7,14 +7,25 @@ of strictly higher priority has become due (waited ``Policy.hold_after``) and is
 ``max_holds`` of the order because the holds fill it: the hold of the lowest priority (then the youngest)
 is let go, and the higher group is planned on the same round. Age alone never displaces a hold: two groups
 of one priority would otherwise take a hold from each other on every round.
+
+Holds also give way, to nobody in particular, while the cluster falls behind the groups that need one domain
+(``Policy.hold_yield_after``): a hold takes racks as they drain, and in a busy stretch those are the racks the
+single-domain groups of 9-18 trays wait for, so a job held then is started with room taken from them (on a
+stream that ends, the peer leaves that job for the drain: docs/SIMULATE.md, "What the stream's end hides").
+While a group that needs one domain, of at least the held job's priority and held for by none, has waited
+longer than ``hold_yield_after``, no hold is made and the holds made are let go; they are made again once no
+such group waits. A job that has waited ``hold_yield_until`` gives way no more, so it never starves, and no
+group that waits forever (one no domain could ever host) stalls holds for longer than that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
+from webhook.domain.groups import segments
 from webhook.domain.jobs.holds import Waiting
 from webhook.domain.model import Reservation
+from webhook.domain.policy import Policy
 
 Held = tuple[Waiting, Sequence[Reservation]]
 
@@ -35,3 +46,22 @@ def displaced(held: Sequence[Held], due: Sequence[Waiting], max_holds: int) -> l
             break
         out.append(kept.pop(0))
     return out
+
+
+def starving(order: Sequence[Waiting], held_jobs: Collection[str], now: float, policy: Policy) -> list[Waiting]:
+    """The groups of ``order`` the holds give way to: those that need one domain (not in segments), whose job
+    holds nothing, and that have waited longer than ``hold_yield_after``; none when holds never give way."""
+    if policy.hold_yield_after <= 0:
+        return []
+    return [w for w in order if w.group.segment is None and segments.job_of(w.group.id) not in held_jobs
+            and now - w.since > policy.hold_yield_after]
+
+
+def gives_way(entry: Waiting, hungry: Sequence[Waiting], now: float, policy: Policy) -> Waiting | None:
+    """The group of ``hungry`` (``starving``) that the job of ``entry``, held or due a hold, gives way to: the
+    first, in wait order, of at least its priority and of another job; None when there is none, or when the
+    job has waited longer than ``hold_yield_until``."""
+    if now - entry.since > policy.hold_yield_until:
+        return None
+    job = segments.job_of(entry.group.id)
+    return next((w for w in hungry if w.priority >= entry.priority and segments.job_of(w.group.id) != job), None)

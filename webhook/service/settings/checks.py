@@ -121,6 +121,12 @@ def _seconds(ns: argparse.Namespace) -> None:
         raise SettingsError(f"--hold-after {ns.hold_after:g}: expected seconds in [0, {MAX_SECONDS:g}]")
     if not 60 <= ns.hold_timeout <= MAX_SECONDS:  # a hold must outlive one housekeeping round and its start's LATE
         raise SettingsError(f"--hold-timeout {ns.hold_timeout:g}: expected seconds in [60, {MAX_SECONDS:g}]")
+    if not 0 <= ns.hold_yield_after <= MAX_SECONDS:
+        raise SettingsError(f"--hold-yield-after {ns.hold_yield_after:g}: expected seconds in [0, {MAX_SECONDS:g}] "
+                            "(0: holds never give way)")
+    if not ns.hold_after <= ns.hold_yield_until <= MAX_SECONDS:
+        raise SettingsError(f"--hold-yield-until {ns.hold_yield_until:g}: expected seconds in [--hold-after "
+                            f"({ns.hold_after:g}), {MAX_SECONDS:g}]: a job must be held for before it stops giving way")
     if not ns.reservation_ttl <= MAX_SECONDS:  # below MIN_TTL: Policy.ttl_problems says why
         raise SettingsError(f"--reservation-ttl {ns.reservation_ttl:g}: expected seconds in [{MIN_TTL:g}, "
                             f"{MAX_SECONDS:g}]")
@@ -208,6 +214,7 @@ def _policy(ns: argparse.Namespace) -> Policy:
         pack_plain_gpu_pods=ns.pack_plain_gpu_pods,
         block_labels=tuple(ns.block_label),
         max_holds=ns.max_holds, hold_after=ns.hold_after, hold_timeout=ns.hold_timeout,
+        hold_yield_after=ns.hold_yield_after, hold_yield_until=ns.hold_yield_until,
         backfill_enforced_only=ns.backfill_walltimes == "enforced",
         **_reserved_cap(ns.max_reserved_gpus_per_namespace),
     )

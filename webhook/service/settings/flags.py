@@ -160,6 +160,13 @@ def _policy(pol: argparse._ArgumentGroup, d: Settings) -> None:
                      help="seconds a group waits before a domain is held for it (default %(default)s)")
     pol.add_argument("--hold-timeout", type=float, default=policy.hold_timeout, metavar="SECONDS",
                      help="seconds a hold lives unless its group starts (default %(default)s)")
+    pol.add_argument("--hold-yield-after", type=float, default=policy.hold_yield_after, metavar="SECONDS",
+                     help="while a group that needs one NVLink domain has waited this long, no hold is made and the "
+                          "holds made are let go, so large jobs are held for in the lulls rather than with the room "
+                          "the single-domain groups wait for; 0: holds never give way (default %(default)s)")
+    pol.add_argument("--hold-yield-until", type=float, default=policy.hold_yield_until, metavar="SECONDS",
+                     help="a job that has waited this long holds on whatever else waits, so it never starves "
+                          "(default %(default)s)")
     pol.add_argument("--backfill-walltimes", choices=("any", "enforced"),
                      default="enforced" if policy.backfill_enforced_only else "any",
                      help="which walltimes let a group backfill into a held domain: any stated one, or only those "

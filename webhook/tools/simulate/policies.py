@@ -42,7 +42,12 @@ from webhook.adapters.embedded import bind_locally, label_locally
 from webhook.adapters.memory import MemoryReservationStore
 from webhook.domain.health import HealthPolicy
 from webhook.domain.model import Node, Pod
-from webhook.domain.policy import DEFAULT_HOLD_AFTER, DEFAULT_HOLD_TIMEOUT
+from webhook.domain.policy import (
+    DEFAULT_HOLD_AFTER,
+    DEFAULT_HOLD_TIMEOUT,
+    DEFAULT_HOLD_YIELD_AFTER,
+    DEFAULT_HOLD_YIELD_UNTIL,
+)
 from webhook.domain.policy import Policy as EnginePolicy
 from webhook.engine.engine import Engine
 from webhook.service import deploy
@@ -58,11 +63,14 @@ from webhook.wire.timestamps import rfc3339
 @dataclass(frozen=True)
 class Holds:
     """The hold knobs ``imex-webhook`` runs with (docs/SCHEDULER.md, "Holds and backfill"): the service's
-    defaults, with holds on (``serve`` leaves them off: docs/SIMULATE.md says what they cost)."""
+    defaults, giving way included, with holds on (``serve`` leaves them off: docs/SIMULATE.md says what they
+    cost)."""
 
     max_holds: int = 1
     hold_after: float = DEFAULT_HOLD_AFTER
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT
+    hold_yield_after: float = DEFAULT_HOLD_YIELD_AFTER
+    hold_yield_until: float = DEFAULT_HOLD_YIELD_UNTIL
 
 
 HOLDS = Holds()
@@ -272,7 +280,8 @@ class ImexPolicy:
         self.now = 0.0
         policy = EnginePolicy(fabric_health=health, exclusive_domains=exclusive_domains,
                               pack_plain_gpu_pods=pack_plain, max_holds=HOLDS.max_holds, hold_after=HOLDS.hold_after,
-                              hold_timeout=HOLDS.hold_timeout)
+                              hold_timeout=HOLDS.hold_timeout, hold_yield_after=HOLDS.hold_yield_after,
+                              hold_yield_until=HOLDS.hold_yield_until)
         self.store = ClusterStore(policy)
         self.node_index = cluster.index
         nodes = [cluster.node_object(n) for n in range(len(cluster.names))]

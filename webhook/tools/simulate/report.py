@@ -73,14 +73,19 @@ def delay_by_size(jobs: list[Job], states: list[JobState], window: tuple[float, 
     """Per job-size class (``workload.SIZE_CLASSES``, and ``workload.RACK_CLASS`` when the stream has
     multi-rack jobs): jobs submitted, started, completed, split (of the completed), stuck and pending;
     restarts, runs lost to a degraded fabric (of those restarts) and GPU-hours lost; the useful utilisation
-    (share of all GPUs); and the median, p90, p99 and p100 (longest) wait in minutes until the job runs, over
-    the jobs that started (``None``: none did; jobs that never ran are not in the percentiles, so read them
-    with that count)."""
+    (share of all GPUs); the jobs (and their GPU-hours) whose run began only after the stream's last arrival
+    (``after_arrivals``: work a policy put off until no new job competes for the room, which a finite stream
+    rewards and a cluster whose jobs keep coming does not); and the median, p90, p99 and p100 (longest) wait in
+    minutes until the job runs, over the jobs that started (``None``: none did; jobs that never ran are not in
+    the percentiles, so read them with that count)."""
     out: dict[str, dict[str, Any]] = {}
     for label in workload.class_labels(jobs):
         pairs = [(j, s) for j, s in zip(jobs, states, strict=True) if workload.job_class(j) == label]
         waits = [w for _, s in pairs if (w := _wait_minutes(s)) is not None]
+        late = [j for j, s in pairs if s.started is not None and s.started > window[1]]
         out[label] = {"submitted": len(pairs), "started": len(waits),
+                      "after_arrivals": len(late),
+                      "after_arrivals_gpu_hours": sum(j.gpu_demand * j.runtime for j in late) / 3600,
                       "completed": sum(1 for _, s in pairs if s.outcome == "completed"),
                       "split": sum(1 for _, s in pairs if s.outcome == "completed" and s.split),
                       **{k: sum(1 for _, s in pairs if s.outcome == k) for k in ("stuck", "pending")},

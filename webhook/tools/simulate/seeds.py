@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -142,6 +142,8 @@ def pool(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     waits = sorted(w for c in cells for w in c["waits_minutes"])
     out: dict[str, Any] = {k: sum(c[k] for c in cells) for k in ("submitted", "completed", "split", "stuck")}
     out["started"] = sum(c["started"] for c in cells)
+    out["after_arrivals"] = sum(c["after_arrivals"] for c in cells)
+    out["after_arrivals_gpu_hours"] = sum(c["after_arrivals_gpu_hours"] for c in cells)
     out.update(wait_percentiles(waits))
     return out
 
@@ -181,14 +183,15 @@ def markdown(combined: dict[str, Any]) -> str:
         for seed in seeds:
             lines.append(f"| {seed} | " + " | ".join(_verdicts(verdict["cells"][str(seed)], classes)) + " |")
         lines.append("| pooled | " + " | ".join(_verdicts(verdict["pooled"], classes)) + " |")
-    lines += ["", "Pooled over the seeds (every started job of a class on every seed, as one run): wait p50 / p90 / "
-              "p99 / p100 minutes (p100: the longest wait on any seed). The target above is per seed; this reading "
-              "is beside it, with a few hundred jobs per "
-              "class instead of a few dozen.", "",
-              "| policy | " + " | ".join(map(class_label, classes)) + " |", "|---" * (1 + len(classes)) + "|"]
-    for name, per_class in combined["pooled"].items():
-        cells = [_waits_of_started(per_class[c]) for c in classes]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += _pooled_table(combined, "Pooled over the seeds (every started job of a class on every seed, as one "
+                           "run): wait p50 / p90 / p99 / p100 minutes (p100: the longest wait on any seed). The target "
+                           "above is per seed; this reading is beside it, with a few hundred jobs per class instead of "
+                           "a few dozen.", _waits_of_started)
+    lines += _pooled_table(combined, "Put off until the stream ended, pooled: per class, the jobs whose run began "
+                           "only after the last arrival, and their GPU-hours. A policy that leaves a class's jobs "
+                           "waiting until nothing new arrives spares the other classes that room on a finite stream; "
+                           "on a cluster whose jobs keep coming that moment never comes (docs/SIMULATE.md, \"What the "
+                           "stream's end hides\").", _put_off)
     lines += ["", "Over the seeds, per policy: completed of submitted, split, stuck and pending summed; useful "
               "utilisation, mean (lowest to highest seed).", "",
               "| policy | completed | split | stuck | pending | useful util |", "|---" * 6 + "|"]
@@ -197,6 +200,20 @@ def markdown(combined: dict[str, Any]) -> str:
                      f"{t['pending']} | {t['utilisation_useful_mean']:.1%} ({t['utilisation_useful_min']:.1%} to "
                      f"{t['utilisation_useful_max']:.1%}) |")
     return "\n".join(lines) + "\n"
+
+
+def _pooled_table(combined: dict[str, Any], intro: str, cell: Callable[[dict[str, Any]], str]) -> list[str]:
+    """Markdown lines: ``intro``, then per policy one pooled cell per class."""
+    classes = combined["classes"]
+    lines = ["", intro, "", "| policy | " + " | ".join(map(class_label, classes)) + " |",
+             "|---" * (1 + len(classes)) + "|"]
+    for name, per_class in combined["pooled"].items():
+        lines.append(f"| {name} | " + " | ".join(cell(per_class[c]) for c in classes) + " |")
+    return lines
+
+
+def _put_off(x: dict[str, Any]) -> str:
+    return f"{x['after_arrivals']} of {x['submitted']} ({x['after_arrivals_gpu_hours']:.0f} GPU-h)"
 
 
 def _waits_of_started(x: dict[str, Any]) -> str:
