@@ -52,7 +52,7 @@ def plan_holds(core: Core) -> list[Reservation]:
     _yield(core)
     inputs = core.decision_inputs()
     now, snapshot, live = inputs.now, inputs.snapshot, dict(inputs.live)
-    held_jobs = {segments.job_of(g) for g, r in live.items() if holds.is_hold(r)}
+    held_jobs = _held_jobs(live)
     order = holds.waiting(snapshot, live, policy)
     hungry = hold_order.starving(order, held_jobs, now, policy)
     made: list[Reservation] = []
@@ -96,9 +96,12 @@ def _give_way(core: Core) -> None:
     """Let go the holds of lower priority that a due group of higher priority needs the slot of
     (``webhook.domain.jobs.hold_order``); it is planned on this round."""
     inputs = core.decision_inputs()
-    held = holds.held_waiting(inputs.snapshot, inputs.live, core.policy)
-    due = [w for w in holds.waiting(inputs.snapshot, inputs.live, core.policy)
-           if inputs.now - w.since >= core.policy.hold_after]
+    order = holds.waiting(inputs.snapshot, holds.unheld(inputs.live), core.policy)
+    held = holds.held_waiting(inputs.snapshot, inputs.live, core.policy, order)
+    held_jobs = _held_jobs(inputs.live)
+    # The wait order with the holds in place is this one less the held jobs: one pass serves both.
+    due = [w for w in order if segments.job_of(w.group.id) not in held_jobs
+           and inputs.now - w.since >= core.policy.hold_after]
     for entry, current in hold_order.displaced(held, due, core.policy.max_holds):
         for res in current:
             if _release(core, res.group_id):
@@ -114,11 +117,11 @@ def _yield(core: Core) -> None:
     if policy.hold_yield_after <= 0:
         return
     inputs = core.decision_inputs()
-    held = holds.held_waiting(inputs.snapshot, inputs.live, policy)
-    if not held:
+    held_jobs = _held_jobs(inputs.live)
+    if not held_jobs:
         return
-    held_jobs = {segments.job_of(g) for g, r in inputs.live.items() if holds.is_hold(r)}
-    order = holds.waiting(inputs.snapshot, {g: r for g, r in inputs.live.items() if not holds.is_hold(r)}, policy)
+    order = holds.waiting(inputs.snapshot, holds.unheld(inputs.live), policy)
+    held = holds.held_waiting(inputs.snapshot, inputs.live, policy, order)
     hungry = hold_order.starving(order, held_jobs, inputs.now, policy)
     for entry, current in held:
         to = hold_order.gives_way(entry, hungry, inputs.now, policy)
@@ -130,6 +133,11 @@ def _yield(core: Core) -> None:
                 decision_log("release", res.group_id, domain=res.domain,
                              reason=f"group {to.group.namespace}/{to.group.name} needs one domain and has waited "
                                     f"{waited:.0f} s (--hold-yield-after {policy.hold_yield_after:g})")
+
+
+def _held_jobs(live: Mapping[str, Reservation]) -> set[str]:
+    """The jobs that hold domains (a job in segments holds one per segment)."""
+    return {segments.job_of(g) for g, r in live.items() if holds.is_hold(r)}
 
 
 def _record(core: Core, wanted: list[Reservation]) -> list[Reservation]:

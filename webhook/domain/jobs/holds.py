@@ -31,7 +31,7 @@ Here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.domain.groups import grouping, segments, walltime
@@ -112,20 +112,26 @@ def waiting(snapshot: Snapshot, live: Mapping[str, Reservation], policy: Policy)
     return sorted(found.values(), key=lambda w: (-w.priority, w.since, w.group.id))
 
 
-def held_waiting(snapshot: Snapshot, live: Mapping[str, Reservation],
-                 policy: Policy) -> list[tuple[Waiting, list[Reservation]]]:
+def unheld(live: Mapping[str, Reservation]) -> dict[str, Reservation]:
+    """``live`` with every hold set aside: the wait order over it sees each held job as it waits (another
+    job's hold never hides it; only its own did)."""
+    return {g: r for g, r in live.items() if not is_hold(r)}
+
+
+def held_waiting(snapshot: Snapshot, live: Mapping[str, Reservation], policy: Policy,
+                 order: Sequence[Waiting] | None = None) -> list[tuple[Waiting, list[Reservation]]]:
     """The jobs with holds whose members all still wait, each as the wait order sees it and with its holds:
-    what is planned again on every round, as Slurm plans its reservations again on every backfill cycle."""
+    what is planned again on every round, as Slurm plans its reservations again on every backfill cycle.
+    ``order``: ``waiting`` over ``unheld(live)``, when the caller has it already (one pass per round)."""
     by_job: dict[str, list[Reservation]] = {}
     for group_id, res in sorted(live.items()):
         if is_hold(res):
             by_job.setdefault(segments.job_of(group_id), []).append(res)
     if not by_job:
         return []
-    # One pass over the waiting groups with every hold set aside: each held job is then seen as it waits
-    # (another job's hold never hides it; only its own did).
-    entries = {segments.job_of(w.group.id): w
-               for w in waiting(snapshot, {g: r for g, r in live.items() if not is_hold(r)}, policy)}
+    if order is None:
+        order = waiting(snapshot, unheld(live), policy)
+    entries = {segments.job_of(w.group.id): w for w in order}
     return [(entries[job], held) for job, held in sorted(by_job.items()) if job in entries]
 
 
